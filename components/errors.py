@@ -1,0 +1,37 @@
+"""The one error type a user can cause, and how it reaches the CLI as one line."""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Callable, TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+# The local runner sets this so a failed task's one-line reason reaches the summary.
+ERROR_FILE_ENV = "GPUPIPE_ERROR_FILE"
+
+
+class GpupipeError(Exception):
+    """A problem with the user's input (config, data, paths): the message is one line
+    that names the input and the fix."""
+
+
+def reports_errors(step: str) -> Callable[[F], F]:
+    """Decorates a component entry point: a GpupipeError's message is appended to
+    $GPUPIPE_ERROR_FILE (when set) as `step: message`, then re-raised so the task fails."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            try:
+                return func(*args, **kwargs)
+            except GpupipeError as err:
+                path = os.environ.get(ERROR_FILE_ENV)
+                if path:
+                    with open(path, "a", encoding="utf-8") as f:
+                        f.write(f"{step}: {err}\n")
+                raise
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,17 @@
+"""KFP wrapper for ingest: maps typed artifacts to `components.ingest.logic.run_ingest`."""
+from kfp import dsl
+from kfp.dsl import Dataset, Output
+
+
+def ingest(source: str, label: str, numeric_features: list, categorical_features: list, eval_percent: int,
+           split_key: str, examples: Output[Dataset]):
+    """CSV (local or gs://) -> gzip TFRecord tf.Example shards in examples/{train,eval}/ plus
+    examples/manifest.json (rows per split, source, split rule)."""
+    from components.ingest.logic import run_ingest
+
+    manifest = run_ingest(source, examples.path, label, numeric_features, categorical_features, eval_percent, split_key)
+    examples.metadata.update({"rows": manifest["rows"], "source": manifest["source"]})
+
+
+def make_ingest_op(image: str):
+    return dsl.component(ingest, base_image=image, install_kfp_package=False)

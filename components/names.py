@@ -1,0 +1,30 @@
+"""Names shared between components, the pipeline factory and the CLI summary."""
+
+# Task names in the pipeline (also the kfp.local task directory names).
+INGEST = "ingest"
+VALIDATE = "validate"
+TRAIN = "train"
+EVALUATE = "evaluate"
+PUSH = "push"
+STEPS = (INGEST, VALIDATE, TRAIN, EVALUATE, PUSH)
+
+# Split folders written by ingest.
+TRAIN_SPLIT = "train"
+EVAL_SPLIT = "eval"
+SPLITS = (TRAIN_SPLIT, EVAL_SPLIT)
+
+# Files inside artifacts.
+MANIFEST_FILE = "manifest.json"
+STATS_FILE = "stats.pb"  # DatasetFeatureStatisticsList, one dataset per split
+SCHEMA_FILE = "schema.pbtxt"
+ANOMALIES_FILE = "anomalies.pbtxt"
+ANOMALIES_SUMMARY = "anomalies.md"
+BLESSING_FILE = "blessing.json"
+PUSH_RESULT_FILE = "push.json"
+TRAIN_REPORT_FILE = "report.json"
+
+# SavedModel signatures.
+SERVING_SIGNATURE = "serving_default"
+EXAMPLES_SIGNATURE = "serving_examples"
+PROBABILITIES = "probabilities"
+CLASSES = "classes"

@@ -1,0 +1,1 @@
+"""gpupipe pipelines: the config schema, the pure pipeline factory and the CLI."""

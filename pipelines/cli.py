@@ -1,0 +1,127 @@
+"""The gpupipe command line: compile, run.
+
+Every error a user can cause ends in one line naming the input and the fix, and a
+non-zero exit code; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS for this process and its tasks)
+from components.errors import GpupipeError
+from pipelines.config import PipelineConfig, load_config
+
+COMPILED_DIR = Path("pipelines/compiled")
+CONFIG_DIR = Path("configs")
+
+
+def compiled_path(config: PipelineConfig, output_dir: Path = COMPILED_DIR) -> Path:
+    return output_dir / f"{config.name}.yaml"
+
+
+def compile_to_text(config: PipelineConfig) -> str:
+    """The KFP pipeline YAML for `config`, as the kfp compiler writes it."""
+    import tempfile
+
+    from kfp import compiler
+
+    from pipelines.factory import create_pipeline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "pipeline.yaml"
+        compiler.Compiler().compile(create_pipeline(config), str(out))
+        return out.read_text(encoding="utf-8")
+
+
+def _config_paths(given: List[str]) -> List[Path]:
+    if given:
+        return [Path(p) for p in given]
+    found = sorted(CONFIG_DIR.glob("*.yaml"))
+    if not found:
+        raise GpupipeError(f"{CONFIG_DIR}/: no *.yaml configs found; pass a config path or run from the project root")
+    return found
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    output_dir = Path(args.output_dir)
+    stale = []
+    for path in _config_paths(args.configs):
+        config = load_config(path)
+        text = compile_to_text(config)
+        target = compiled_path(config, output_dir)
+        if args.check:
+            current = target.read_text(encoding="utf-8") if target.is_file() else None
+            if current != text:
+                stale.append(target)
+                if args.diff and current is not None:
+                    sys.stdout.writelines(difflib.unified_diff(
+                        current.splitlines(True), text.splitlines(True), str(target), f"{target} (from {path})", n=1))
+            else:
+                print(f"up to date: {target}")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"compiled {path} -> {target}")
+    if stale:
+        names = ", ".join(str(p) for p in stale)
+        print(f"error: stale compiled pipeline(s): {names}; run `gpupipe compile` and commit the result",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipelines.local_run import run_local
+
+    config = load_config(args.config)
+    overrides = {}
+    if args.epochs is not None:
+        overrides["epochs"] = args.epochs
+    if args.serving_base is not None:
+        overrides["serving_base"] = args.serving_base
+    if args.data_source is not None:
+        overrides["data_source"] = args.data_source
+    summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides)
+    print(summary.render())
+    return 0 if summary.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpupipe", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compile", help="compile configs to KFP pipeline YAML under pipelines/compiled/")
+    p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")
+    p.add_argument("--check", action="store_true", help="exit 1, naming the file, when a compiled file is stale")
+    p.add_argument("--diff", action="store_true", help="with --check: print the difference")
+    p.add_argument("--output-dir", default=str(COMPILED_DIR))
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run the pipeline end to end on this machine (kfp.local)")
+    p.add_argument("config")
+    p.add_argument("--runs-dir", default="runs", help="local pipeline root (default: runs/)")
+    p.add_argument("--epochs", type=int, help="override training.epochs for this run")
+    p.add_argument("--data-source", help="override data.source for this run")
+    p.add_argument("--serving-base", help="override serving.base for this run")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except GpupipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The pipeline config schema: one YAML file under configs/ describes one pipeline.
+
+This module is the reference for every option. Unknown keys are errors; every error
+names the YAML key. It imports neither kfp nor TensorFlow, so components can use it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from components.errors import GpupipeError
+from pipelines.version import __version__
+
+DEFAULT_REGISTRY = "ghcr.io/gpupipe"
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SplitConfig(_Strict):
+    """How rows are split into train and eval: a deterministic hash, so reruns agree."""
+
+    eval_percent: int = Field(20, ge=1, le=99, description="share of rows in the eval split")
+    key: Optional[str] = Field(None, description="column to hash; the whole row when unset")
+
+
+class DataConfig(_Strict):
+    source: str = Field(description="CSV file: local path (relative to the working directory) or gs:// URI")
+    format: Literal["csv"] = "csv"
+    label: str
+    numeric_features: List[str] = Field(default_factory=list)
+    categorical_features: List[str] = Field(default_factory=list)
+    split: SplitConfig = SplitConfig()
+
+    @model_validator(mode="after")
+    def _features_are_distinct(self) -> "DataConfig":
+        if not self.numeric_features and not self.categorical_features:
+            raise ValueError("declare at least one of numeric_features, categorical_features")
+        names = self.numeric_features + self.categorical_features
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"feature listed twice: {', '.join(dupes)}")
+        if self.label in names:
+            raise ValueError(f"label '{self.label}' is also listed as a feature")
+        if self.split.key is not None and self.split.key == self.label:
+            raise ValueError("split.key must not be the label")
+        return self
+
+    @property
+    def columns(self) -> List[str]:
+        return [self.label, *self.numeric_features, *self.categorical_features]
+
+
+class ValidationConfig(_Strict):
+    fail_on_anomalies: bool = Field(True, description="stop the run when TFDV reports an anomaly")
+
+
+class Toleration(_Strict):
+    key: str
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: Optional[str] = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class TrainingConfig(_Strict):
+    task: Literal["multiclass"] = "multiclass"
+    model: Literal["dnn"] = "dnn"
+    hidden_units: List[int] = Field(default_factory=lambda: [64, 32])
+    embedding_dim: int = Field(8, ge=1)
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(64, ge=1, description="per-replica batch size")
+    learning_rate: float = Field(1e-3, gt=0)
+    strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
+    accelerator: Optional[str] = Field(
+        None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
+    gpus: int = Field(0, ge=0, description="GPUs the train task requests (a limit)")
+    cpu: Optional[str] = Field(None, description="CPU limit of the train task, e.g. '4'")
+    memory: Optional[str] = Field(None, description="memory limit of the train task, e.g. '16G'")
+    node_selector: Dict[str, str] = Field(default_factory=dict)
+    tolerations: List[Toleration] = Field(default_factory=list)
+    seed: int = 42
+
+    @field_validator("hidden_units")
+    @classmethod
+    def _positive_units(cls, v: List[int]) -> List[int]:
+        if not v or any(u < 1 for u in v):
+            raise ValueError("give one or more positive layer widths, e.g. [64, 32]")
+        return v
+
+    @model_validator(mode="after")
+    def _gpus_need_accelerator(self) -> "TrainingConfig":
+        if self.gpus and not self.accelerator:
+            raise ValueError("gpus is set but accelerator is not; add accelerator: nvidia.com/gpu")
+        if self.accelerator and not self.gpus:
+            raise ValueError("accelerator is set but gpus is 0; set gpus: 1 or more")
+        return self
+
+
+class EvaluationConfig(_Strict):
+    metric: Literal["accuracy"] = "accuracy"
+    threshold: float = Field(0.0, ge=0.0, le=1.0, description="bless the model when metric >= threshold")
+
+
+class ServingConfig(_Strict):
+    base: str = Field("serving", description="serving base directory (local path or gs:// URI)")
+    model_name: str
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_model_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not a plain name: use lowercase letters, digits and '-' (no '/', '..')")
+        return v
+
+
+class ImagesConfig(_Strict):
+    registry: str = DEFAULT_REGISTRY
+    cpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-cpu:<version>")
+    gpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-gpu:<version>")
+
+    @property
+    def cpu_image(self) -> str:
+        return self.cpu or f"{self.registry}/gpupipe-cpu:{__version__}"
+
+    @property
+    def gpu_image(self) -> str:
+        return self.gpu or f"{self.registry}/gpupipe-gpu:{__version__}"
+
+
+class PipelineConfig(_Strict):
+    name: str = Field(description="pipeline name: lowercase letters, digits and '-'")
+    description: str = ""
+    pipeline_root: Optional[str] = Field(None, description="KFP pipeline root on the cluster, e.g. gs://bucket/runs")
+    data: DataConfig
+    validation: ValidationConfig = ValidationConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    serving: ServingConfig
+    images: ImagesConfig = ImagesConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not a plain name: use lowercase letters, digits and '-'")
+        return v
+
+    @property
+    def train_image(self) -> str:
+        return self.images.gpu_image if self.training.gpus else self.images.cpu_image
+
+
+def _format_error(err: dict) -> str:
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"{key}: unknown key (check its spelling; pipelines/config.py lists the options)"
+    if err["type"] == "missing":
+        return f"{key}: required key is missing"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{key}: {msg}"
+
+
+def parse_config(raw: object, origin: str = "config") -> PipelineConfig:
+    """Validates a parsed YAML mapping; raises GpupipeError with one line naming the key."""
+    if not isinstance(raw, dict):
+        raise GpupipeError(f"{origin}: expected a YAML mapping at the top level")
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(_format_error(e) for e in err.errors())
+        raise GpupipeError(f"{origin}: {problems}") from None
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Reads and validates a config file; raises GpupipeError with one line naming the
+    file and the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise GpupipeError(f"{path}: config file not found; pass a path such as configs/penguins.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise GpupipeError(f"{path}: not valid YAML{where}; fix the syntax") from None
+    return parse_config(raw, origin=str(path))

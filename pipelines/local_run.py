@@ -1,0 +1,190 @@
+"""Runs a pipeline end to end on this machine with kfp.local's SubprocessRunner and
+summarises it: each step's status and time, the eval metric, the pushed version."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, TextIO
+
+from components import names
+from components.errors import ERROR_FILE_ENV, GpupipeError
+from components.ingest.logic import check_columns
+from components.io import is_gcs
+from pipelines.config import PipelineConfig
+from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_START = re.compile(r"Executing task '?([\w-]+)'?")
+_END = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str = "NOT RUN"
+    seconds: Optional[float] = None
+
+
+@dataclass
+class RunSummary:
+    pipeline: str
+    status: str
+    seconds: float
+    steps: List[StepResult]
+    run_dir: Optional[str] = None
+    log_file: Optional[str] = None
+    blessing: Optional[dict] = None
+    push: Optional[dict] = None
+    errors: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "SUCCESS"
+
+    def render(self) -> str:
+        lines = [f"gpupipe run {self.pipeline}: {self.status} in {self.seconds:.1f}s"]
+        for step in self.steps:
+            took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
+            lines.append(f"  {step.name:<9} {step.status:<8} {took}")
+        if self.blessing:
+            b = self.blessing
+            verdict = "blessed" if b["blessed"] else "not blessed"
+            lines.append(f"  eval {b['metric']}: {b['value']:.4f} (threshold {b['threshold']:.4f}): {verdict}")
+        if self.push:
+            if self.push.get("pushed"):
+                lines.append(f"  pushed version {self.push['version']}: {self.push['path']}")
+            else:
+                lines.append(f"  not pushed: {self.push.get('reason')}")
+        for err in self.errors:
+            lines.append(f"error: {err}")
+        if self.log_file:
+            lines.append(f"  full log: {self.log_file}")
+        return "\n".join(lines)
+
+
+class _ProgressTee(io.TextIOBase):
+    """Stands in for sys.stdout during the run: every line goes to the log file; kfp.local's
+    task start/finish lines are timed and echoed as one progress line each."""
+
+    def __init__(self, log: TextIO, console: TextIO, steps: Dict[str, StepResult]):
+        self._log, self._console, self._steps = log, console, steps
+        self._started: Dict[str, float] = {}
+        self._buffer = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        self._buffer += text
+        while "\n" in self._buffer:
+            line, self._buffer = self._buffer.split("\n", 1)
+            self._observe(_ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+
+    def _observe(self, line: str) -> None:
+        if m := _START.search(line):
+            name = m.group(1)
+            self._started[name] = time.monotonic()
+            if name in self._steps:
+                self._steps[name].status = "RUNNING"
+            print(f"  {name:<9} running ...", file=self._console, flush=True)
+        elif m := _END.search(line):
+            name, status = m.group(1), m.group(2)
+            if name in self._steps:
+                self._steps[name].status = status
+                self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
+                print(f"  {name:<9} {status} in {self._steps[name].seconds:.1f}s", file=self._console, flush=True)
+
+
+def resolve_local_path(path: str) -> str:
+    """Relative local paths start at the working directory; gs:// URIs pass through."""
+    return path if is_gcs(path) else str(Path(path).expanduser().resolve())
+
+
+def preflight(config: PipelineConfig, params: dict) -> None:
+    """Fails fast, before any task starts, on a missing data file or a missing column."""
+    data = config.data
+    source = params[P_DATA_SOURCE]
+    if not is_gcs(source) and not os.path.isfile(source):
+        raise GpupipeError(f"data.source: file not found: {source}; fix data.source in the config "
+                           "(relative paths start at the working directory)")
+    check_columns(source, data.label, [*data.numeric_features, *data.categorical_features], data.split.key)
+
+
+def _latest_run_dir(pipeline_root: Path, name: str, before: set) -> Optional[Path]:
+    new = [p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p not in before]
+    return max(new, key=lambda p: p.stat().st_mtime) if new else None
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
+              console: TextIO = sys.stderr) -> RunSummary:
+    """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
+    returns the summary. Raises GpupipeError for input problems found before the run."""
+    from kfp import local
+
+    params = {**run_parameters(config), **(overrides or {})}
+    params[P_DATA_SOURCE] = resolve_local_path(params[P_DATA_SOURCE])
+    params[P_SERVING_BASE] = resolve_local_path(params[P_SERVING_BASE])
+    preflight(config, params)
+
+    pipeline_root = Path(runs_dir).resolve()
+    pipeline_root.mkdir(parents=True, exist_ok=True)
+    before = set(pipeline_root.glob(f"{config.name}-*"))
+    steps = {name: StepResult(name) for name in names.STEPS}
+    pipeline = create_pipeline(config)
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
+
+    error_fd, error_file = tempfile.mkstemp(prefix="gpupipe-errors-", suffix=".txt")
+    os.close(error_fd)
+    log_path = pipeline_root / f"{config.name}-last.log"
+    previous_error_env = os.environ.get(ERROR_FILE_ENV)
+    os.environ[ERROR_FILE_ENV] = error_file
+    started = time.monotonic()
+    print(f"gpupipe run {config.name}: running 5 steps locally (kfp.local)", file=console, flush=True)
+    try:
+        with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tee = _ProgressTee(log, console, steps)
+            with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee):
+                pipeline(**params)
+    finally:
+        if previous_error_env is None:
+            os.environ.pop(ERROR_FILE_ENV, None)
+        else:
+            os.environ[ERROR_FILE_ENV] = previous_error_env
+    seconds = time.monotonic() - started
+    errors = [line.strip() for line in Path(error_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    os.unlink(error_file)
+
+    run_dir = _latest_run_dir(pipeline_root, config.name, before)
+    final_log = log_path
+    if run_dir is not None:
+        final_log = run_dir / "run.log"
+        os.replace(log_path, final_log)
+    status = "SUCCESS" if all(s.status == "SUCCESS" for s in steps.values()) else "FAILURE"
+    failed = [s.name for s in steps.values() if s.status == "FAILURE"]
+    if status != "SUCCESS" and not errors:
+        errors = [f"step {', '.join(failed) or '?'} failed; see the full log"]
+    summary = RunSummary(pipeline=config.name, status=status, seconds=seconds, steps=list(steps.values()),
+                         run_dir=str(run_dir) if run_dir else None, log_file=str(final_log), errors=errors)
+    if run_dir is not None:
+        summary.blessing = _read_json(run_dir / names.EVALUATE / "blessing" / names.BLESSING_FILE)
+        summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
+    return summary
