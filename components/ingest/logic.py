@@ -7,8 +7,11 @@ feature (an empty Feature), never 0 or "nan".
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 from typing import Dict, Iterator, List, Optional
 
 import numpy as np
@@ -79,9 +82,48 @@ def read_csv_batches(source: str, label: str, numeric: List[str], categorical: L
         for batch in reader:
             yield batch
     except pa.ArrowInvalid as err:
-        raise GpupipeError(f"data.source: {source}: {_arrow_message(err)}") from None
+        raise GpupipeError(_explain_arrow_error(source, _arrow_message(err), set(numeric))) from None
     finally:
         stream.close()
+
+
+_COLUMN_NO = re.compile(r"In CSV column #(\d+): ")
+
+
+def _explain_arrow_error(source: str, message: str, numeric: set) -> str:
+    """Arrow names a column by position and no row; name both, found by rescanning the file."""
+    m = _COLUMN_NO.search(message)
+    if not m:
+        return f"data.source: {source}: {message}"
+    header = _read_header(source)
+    column = header[int(m.group(1))] if int(m.group(1)) < len(header) else f"#{m.group(1)}"
+    detail = _COLUMN_NO.sub("", message)
+    where = ""
+    if column in numeric:
+        where = _first_non_numeric(source, header.index(column))
+        return (f"data.source: {source}{where}: column '{column}' is declared numeric but holds "
+                f"{detail.split('invalid value ')[-1]}; fix the data or move '{column}' to categorical_features")
+    return f"data.source: {source}: column '{column}': {detail}"
+
+
+def _first_non_numeric(source: str, index: int) -> str:
+    with open_for_reading(source, "data.source") as raw:
+        rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=""))
+        next(rows, None)
+        for line_no, row in enumerate(rows, start=2):
+            value = row[index].strip() if index < len(row) else ""
+            if value in _NULLS:
+                continue
+            try:
+                float(value)
+            except ValueError:
+                return f" line {line_no}"
+    return ""
+
+
+# Arrow's default null spellings (pyarrow.csv.ConvertOptions.null_values).
+_NULLS = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
+          "NULL", "NaN", "n/a", "nan", "null"}
 
 
 def _arrow_message(err: Exception) -> str:

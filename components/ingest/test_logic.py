@@ -1,0 +1,102 @@
+"""Unit tests of ingest logic on CSVs the tests write."""
+import glob
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from components.errors import GpupipeError
+from components.ingest.logic import examples_pattern, ingest_csv
+
+pytestmark = pytest.mark.unit
+
+HEADER = "label,x,color\n"
+
+
+def read_examples(examples_dir: str, split: str) -> list:
+    files = sorted(glob.glob(examples_pattern(examples_dir, split)))
+    return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def rows_text(n: int) -> str:
+    return "".join(f"{'a' if i % 2 else 'b'},{i}.5,{'red' if i % 3 else 'blue'}\n" for i in range(n))
+
+
+def test_writes_gzip_shards_per_split_and_manifest(tmp_path, make_csv):
+    src = make_csv(HEADER + rows_text(200))
+    manifest = ingest_csv(src, str(tmp_path / "out"), "label", ["x"], ["color"], eval_percent=25)
+    train, evals = read_examples(str(tmp_path / "out"), "train"), read_examples(str(tmp_path / "out"), "eval")
+    assert len(train) + len(evals) == 200
+    assert manifest["rows"] == {"train": len(train), "eval": len(evals)}
+    assert 25 <= len(evals) <= 75  # 25% of 200 by hash, loosely
+    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert on_disk["rows"] == manifest["rows"] and on_disk["split"]["eval_percent"] == 25
+    assert on_disk["features"] == {"x": "numeric", "color": "categorical"}
+    with open(glob.glob(examples_pattern(str(tmp_path / "out"), "train"))[0], "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"  # gzip magic
+
+
+def test_split_is_deterministic_across_runs_and_row_order(tmp_path, make_csv):
+    lines = rows_text(300).splitlines(keepends=True)
+    a = ingest_csv(make_csv(HEADER + "".join(lines)), str(tmp_path / "a"), "label", ["x"], ["color"])
+    b = ingest_csv(make_csv(HEADER + "".join(lines)), str(tmp_path / "b"), "label", ["x"], ["color"])
+    c = ingest_csv(make_csv(HEADER + "".join(reversed(lines))), str(tmp_path / "c"), "label", ["x"], ["color"])
+    assert a["rows"] == b["rows"] == c["rows"]
+
+    def eval_values(d):
+        return sorted(e.features.feature["x"].float_list.value[0] for e in read_examples(str(tmp_path / d), "eval"))
+
+    assert eval_values("a") == eval_values("b") == eval_values("c")
+
+
+def test_split_by_key_column_keeps_key_together(tmp_path, make_csv):
+    text = HEADER.replace("color", "user") + "".join(f"a,{i}.0,u{i % 7}\n" for i in range(140))
+    ingest_csv(make_csv(text), str(tmp_path / "o"), "label", ["x"], ["user"], eval_percent=30, split_key="user")
+    users = {s: {e.features.feature["user"].bytes_list.value[0] for e in read_examples(str(tmp_path / "o"), s)}
+             for s in ("train", "eval")}
+    assert users["train"] and users["eval"] and not users["train"] & users["eval"]
+
+
+def test_missing_values_stay_missing(tmp_path, make_csv):
+    text = HEADER + "a,,red\nb,2.0,\n" + rows_text(40)
+    ingest_csv(make_csv(text), str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=50)
+    examples = read_examples(str(tmp_path / "o"), "train") + read_examples(str(tmp_path / "o"), "eval")
+    first = next(e for e in examples if e.features.feature["color"].bytes_list.value == [b"red"]
+                 and not e.features.feature["x"].float_list.value)
+    assert first.features.feature["x"].WhichOneof("kind") is None  # no value, not 0 or NaN
+    second = next(e for e in examples if list(e.features.feature["x"].float_list.value) == [2.0])
+    assert second.features.feature["color"].WhichOneof("kind") is None  # not "" or "nan"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "is empty"),
+    (HEADER, "has a header but no data rows"),
+    ("x,color\n1.0,red\n", "column 'label' not found"),
+    (HEADER + "a,1.0,red\nb,abc,red\n", "line 3: column 'x' is declared numeric but holds 'abc'"),
+])
+def test_bad_input_is_one_line_naming_the_problem(tmp_path, make_csv, text, expected):
+    src = make_csv(text)
+    with pytest.raises(GpupipeError) as err:
+        ingest_csv(src, str(tmp_path / "o"), "label", ["x"], ["color"])
+    message = str(err.value)
+    assert expected in message and src in message and "\n" not in message
+
+
+def test_missing_file_names_the_key_and_path(tmp_path):
+    with pytest.raises(GpupipeError, match=r"data.source: file not found: .*nope.csv"):
+        ingest_csv(str(tmp_path / "nope.csv"), str(tmp_path / "o"), "label", ["x"], [])
+
+
+def test_rows_without_label_are_dropped_and_counted(tmp_path, make_csv):
+    manifest = ingest_csv(make_csv(HEADER + ",1.0,red\n" + rows_text(30)), str(tmp_path / "o"), "label", ["x"],
+                          ["color"], eval_percent=50)
+    assert manifest["rows_dropped_missing_label"] == 1
+    assert sum(manifest["rows"].values()) == 30
+
+
+def test_shards_roll_over(tmp_path, make_csv):
+    manifest = ingest_csv(make_csv(HEADER + rows_text(100)), str(tmp_path / "o"), "label", ["x"], ["color"],
+                          eval_percent=10, shard_rows=20)
+    assert manifest["shards"]["train"] == len(glob.glob(examples_pattern(str(tmp_path / "o"), "train"))) >= 4
+    assert os.path.isfile(tmp_path / "o" / "manifest.json")

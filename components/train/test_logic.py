@@ -1,0 +1,73 @@
+"""Unit tests of train logic: feature specs, strategy choice, the exported signatures."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.train.features import specs_from_statistics
+from components.train.logic import cluster_workers, is_chief, load_feature_specs
+from components.validate.logic import load_statistics
+
+pytestmark = pytest.mark.unit
+
+ROWS = {
+    "bill_length_mm": [39.1, 46.5, 50.0], "bill_depth_mm": [18.7, 13.5, 19.5],
+    "flipper_length_mm": [181.0, 210.0, 196.0], "body_mass_g": [3750.0, 4550.0, 3900.0],
+    "island": ["Torgersen", "Biscoe", "Dream"], "sex": ["male", "female", "male"],
+}
+
+
+def test_specs_come_from_train_statistics(penguin_validation):
+    stats = load_statistics(penguin_validation["statistics"], "train")
+    specs = specs_from_statistics(stats, "species", ["body_mass_g"], ["island"])
+    assert specs.classes == ["Adelie", "Chinstrap", "Gentoo"]
+    assert 3000 < specs.numeric[0].mean < 5500 and specs.numeric[0].std > 100
+    assert set(specs.categorical[0].vocabulary) == {"Biscoe", "Dream", "Torgersen"}
+
+
+def test_serving_default_takes_raw_rows_and_matches_example_signature(penguin_model):
+    loaded = tf.saved_model.load(penguin_model)
+    raw = loaded.signatures["serving_default"](**{
+        k: tf.constant(v, tf.string if isinstance(v[0], str) else tf.float32) for k, v in ROWS.items()})
+    probabilities = raw["probabilities"].numpy()
+    assert probabilities.shape == (3, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+    def example(i):
+        feats = {}
+        for k, v in ROWS.items():
+            if isinstance(v[i], str):
+                feats[k] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v[i].encode()]))
+            else:
+                feats[k] = tf.train.Feature(float_list=tf.train.FloatList(value=[v[i]]))
+        return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+
+    from_examples = loaded.signatures["serving_examples"](examples=tf.constant([example(i) for i in range(3)]))
+    np.testing.assert_allclose(from_examples["probabilities"].numpy(), probabilities, rtol=1e-6)
+    assert list(from_examples["classes"].numpy()) == list(raw["classes"].numpy())
+
+
+def test_missing_values_are_imputed_inside_the_model(penguin_model):
+    serve = tf.saved_model.load(penguin_model).signatures["serving_default"]
+    rows = {k: tf.constant(v[:1], tf.string if isinstance(v[0], str) else tf.float32) for k, v in ROWS.items()}
+    rows["body_mass_g"] = tf.constant([float("nan")])
+    rows["sex"] = tf.constant([""])
+    assert np.isfinite(serve(**rows)["probabilities"].numpy()).all()
+
+
+def test_feature_specs_are_stored_with_the_model(penguin_model):
+    specs = load_feature_specs(penguin_model)
+    assert specs.label == "species" and len(specs.numeric) == 4 and len(specs.categorical) == 2
+
+
+@pytest.mark.parametrize("tf_config, workers, chief", [
+    (None, 1, True),
+    (json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}), 2, True),
+    (json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}), 2, False),
+    (json.dumps({"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}), 2, False),
+    (json.dumps({"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}), 2, True),
+])
+def test_workers_and_chief_from_tf_config(tf_config, workers, chief):
+    assert cluster_workers(tf_config) == workers
+    assert is_chief(tf_config) is chief

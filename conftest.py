@@ -1,0 +1,69 @@
+"""Shared fixtures: small data made by the tests (or the checked-in penguins CSV as text)
+and the outputs of one ingest/validate/train pass, reused across component tests."""
+import os
+from pathlib import Path
+
+import pytest
+
+import components  # noqa: F401  (TF_USE_LEGACY_KERAS before any TensorFlow import)
+
+ROOT = Path(__file__).resolve().parent
+PENGUINS_CSV = ROOT / "data" / "penguins.csv"
+NUMERIC = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
+CATEGORICAL = ["island", "sex"]
+LABEL = "species"
+
+
+@pytest.fixture(scope="session")
+def penguins_csv() -> Path:
+    return PENGUINS_CSV
+
+
+@pytest.fixture(scope="session")
+def penguin_examples(tmp_path_factory) -> str:
+    from components.ingest.logic import ingest_csv
+
+    out = str(tmp_path_factory.mktemp("examples"))
+    ingest_csv(str(PENGUINS_CSV), out, LABEL, NUMERIC, CATEGORICAL, eval_percent=20)
+    return out
+
+
+@pytest.fixture(scope="session")
+def penguin_validation(tmp_path_factory, penguin_examples) -> dict:
+    from components.validate.logic import run_validation
+
+    out = tmp_path_factory.mktemp("validation")
+    dirs = {k: str(out / k) for k in ("statistics", "schema", "anomalies")}
+    dirs["report"] = str(out / "report.html")
+    run_validation(penguin_examples, LABEL, dirs["statistics"], dirs["schema"], dirs["anomalies"], dirs["report"])
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def penguin_model(tmp_path_factory, penguin_examples, penguin_validation) -> str:
+    """A small model trained for a few epochs: enough for shape and signature checks."""
+    from components.train.logic import train_model
+
+    model_dir = str(tmp_path_factory.mktemp("model") / "model")
+    train_model(penguin_examples, penguin_validation["statistics"], model_dir, LABEL, NUMERIC, CATEGORICAL,
+                hidden_units=[16], embedding_dim=2, epochs=3, batch_size=32, learning_rate=0.01)
+    return model_dir
+
+
+def write_csv(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def make_csv(tmp_path):
+    """Writes a CSV from text into the test's tmp dir and returns its path."""
+    counter = iter(range(1000))
+
+    def make(text: str, name: str = "") -> str:
+        return write_csv(tmp_path / (name or f"data{next(counter)}.csv"), text)
+
+    return make
+
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,0 +1,61 @@
+"""What a user sees from `gpupipe` when the input is wrong: one line, non-zero exit, no traceback."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpupipe(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def config_with(tmp_path, edit) -> str:
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["run", "compile"])
+def test_misspelt_key(tmp_path, command):
+    bad = config_with(tmp_path, lambda c: c["training"].update(epocs=3))
+    out = gpupipe(command, bad, "--output-dir" if command == "compile" else "--runs-dir", str(tmp_path / "o"))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [f"error: {bad}: training.epocs: unknown key "
+                                               "(check its spelling; pipelines/config.py lists the options)"]
+
+
+def test_missing_data_file(tmp_path):
+    bad = config_with(tmp_path, lambda c: c["data"].update(source="data/no-such.csv"))
+    out = gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs"))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert lines[0].startswith("error: data.source: file not found: ") and "no-such.csv" in lines[0]
+    assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_label_absent_from_data(tmp_path):
+    bad = config_with(tmp_path, lambda c: c["data"].update(label="specis"))
+    out = gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs"))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert "data.label: column 'specis' not found in" in lines[0] and "species" in lines[0]
+
+
+def test_compile_check_names_the_stale_file(tmp_path):
+    out_dir = tmp_path / "compiled"
+    assert gpupipe("compile", "configs/penguins.yaml", "--output-dir", str(out_dir)).returncode == 0
+    assert gpupipe("compile", "--check", "configs/penguins.yaml", "--output-dir", str(out_dir)).returncode == 0
+    edited = config_with(tmp_path, lambda c: c["training"].update(epochs=7))
+    out = gpupipe("compile", "--check", edited, "--output-dir", str(out_dir))
+    assert out.returncode == 1
+    assert f"stale compiled pipeline(s): {out_dir / 'penguins.yaml'}" in out.stderr

@@ -1,0 +1,66 @@
+"""Compiled KFP YAML: loads back with the kfp SDK, carries the cluster settings, and the
+committed files under pipelines/compiled/ are not stale."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.cli import compile_to_text, compiled_path
+from pipelines.config import load_config
+
+pytestmark = pytest.mark.compile
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def penguins_docs():
+    text = compile_to_text(load_config(ROOT / "configs" / "penguins.yaml"))
+    return text, list(yaml.safe_load_all(text))
+
+
+@pytest.mark.parametrize("config_path", CONFIGS, ids=lambda p: p.name)
+def test_committed_compiled_yaml_is_up_to_date(config_path):
+    config = load_config(config_path)
+    committed = ROOT / compiled_path(config)
+    assert committed.is_file(), f"{committed} missing: run `gpupipe compile` and commit it"
+    assert committed.read_text() == compile_to_text(config), f"{committed} is stale: run `gpupipe compile`"
+
+
+def test_compiled_yaml_loads_back_with_the_kfp_sdk(tmp_path, penguins_docs):
+    from kfp import components
+
+    path = tmp_path / "penguins.yaml"
+    path.write_text(penguins_docs[0])
+    loaded = components.load_component_from_file(str(path))
+    assert loaded.name == "penguins"
+    assert set(loaded.component_spec.inputs) == {"data_source", "epochs", "eval_threshold", "serving_base"}
+    assert loaded.component_spec.inputs["epochs"].default == 40
+
+
+def test_trainer_requests_the_configured_accelerator(penguins_docs):
+    spec, platform = penguins_docs[1][0], penguins_docs[1][1]
+    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert train["resources"]["accelerator"]["resourceCount"] == "1"
+    assert train["image"].split("/")[-1].startswith("gpupipe-gpu:")
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
+    assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    assert k8s["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    for other in ("exec-ingest", "exec-validate", "exec-evaluate", "exec-push"):
+        container = spec["deploymentSpec"]["executors"][other]["container"]
+        assert "resources" not in container and container["image"].split("/")[-1].startswith("gpupipe-cpu:")
+
+
+def test_every_task_is_a_lightweight_component_without_pip_installs(penguins_docs):
+    # kfp.local runs only lightweight components; the image already holds kfp and gpupipe.
+    for name, executor in penguins_docs[1][0]["deploymentSpec"]["executors"].items():
+        command = " ".join(executor["container"]["command"])
+        assert "kfp.dsl.executor_main" in command, name
+        assert "pip install" not in command, name
+
+
+def test_push_is_never_cached(penguins_docs):
+    tasks = penguins_docs[1][0]["root"]["dag"]["tasks"]
+    assert tasks["push"]["cachingOptions"] == {}
+    assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
