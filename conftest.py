@@ -35,7 +35,9 @@ def penguin_validation(tmp_path_factory, penguin_examples) -> dict:
     out = tmp_path_factory.mktemp("validation")
     dirs = {k: str(out / k) for k in ("statistics", "schema", "anomalies")}
     dirs["report"] = str(out / "report.html")
-    run_validation(penguin_examples, LABEL, dirs["statistics"], dirs["schema"], dirs["anomalies"], dirs["report"])
+    dirs["summary"] = str(out / "summary.md")
+    run_validation(penguin_examples, LABEL, dirs["statistics"], dirs["schema"], dirs["anomalies"], dirs["report"],
+                   summary_md=dirs["summary"])
     return dirs
 
 

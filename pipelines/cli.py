@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run.
+"""The gpupipe command line: compile, run, rollback, manifest.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -90,6 +90,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from components.push.serving import rollback
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    previous, now = rollback(base, config.serving.model_name, args.to)
+    print(f"{config.serving.model_name}: stable moved from version {previous} to version {now} "
+          f"({base.rstrip('/')}/models.config)")
+    return 0
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    import yaml
+
+    from pipelines.manifests import kserve_inference_service
+
+    config = load_config(args.config)
+    sys.stdout.write(yaml.safe_dump(kserve_inference_service(config, args.serving_base or ""), sort_keys=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpupipe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -108,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-source", help="override data.source for this run")
     p.add_argument("--serving-base", help="override serving.base for this run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("rollback", help="point TF Serving's `stable` label back at an earlier version")
+    p.add_argument("config")
+    p.add_argument("--to", type=int, help="version to serve (default: the one before the current stable)")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI)")
+    p.set_defaults(func=cmd_manifest)
     return parser
 
 

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.errors import GpupipeError
+from components.evaluate.metrics import LOWER_IS_BETTER
 from pipelines.version import __version__
 
 DEFAULT_REGISTRY = "ghcr.io/gpupipe"
@@ -57,8 +58,22 @@ class DataConfig(_Strict):
         return [self.label, *self.numeric_features, *self.categorical_features]
 
 
+class DriftConfig(_Strict):
+    """Drift of the train split against a baseline: the training statistics stored with the
+    version now served (or `baseline_statistics`). TFDV's comparators: L-infinity distance
+    for categorical features, Jensen-Shannon divergence for numeric ones."""
+
+    categorical_threshold: float = Field(0.3, gt=0, le=1, description="L-infinity distance")
+    numeric_threshold: float = Field(0.3, gt=0, le=1, description="Jensen-Shannon divergence")
+    features: Dict[str, float] = Field(default_factory=dict, description="per-feature thresholds")
+    blocking: bool = Field(True, description="drift fails the run (false: warn in the summary)")
+    baseline_statistics: Optional[str] = Field(
+        None, description="a statistics file (validate's stats.pb) to compare with instead of the served version's")
+
+
 class ValidationConfig(_Strict):
-    fail_on_anomalies: bool = Field(True, description="stop the run when TFDV reports an anomaly")
+    fail_on_anomalies: bool = Field(True, description="stop the run when TFDV reports a schema anomaly")
+    drift: DriftConfig = DriftConfig()
 
 
 class Toleration(_Strict):
@@ -102,14 +117,58 @@ class TrainingConfig(_Strict):
         return self
 
 
+class ChangeThreshold(_Strict):
+    """Candidate vs the model now served, as TFMA's GenericChangeThreshold: with
+    higher-is-better metrics the candidate passes when (candidate - baseline) >= absolute and
+    (candidate - baseline) / |baseline| >= relative; lower-is-better flips both to <=.
+    `absolute: -0.02` on accuracy allows a drop of at most 0.02."""
+
+    absolute: Optional[float] = None
+    relative: Optional[float] = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "ChangeThreshold":
+        if self.absolute is None and self.relative is None:
+            raise ValueError("give absolute, relative or both")
+        return self
+
+
+class MetricThreshold(_Strict):
+    """Value bounds (TFMA's GenericValueThreshold) and an optional change threshold."""
+
+    lower_bound: Optional[float] = None
+    upper_bound: Optional[float] = None
+    change: Optional[ChangeThreshold] = None
+
+
 class EvaluationConfig(_Strict):
-    metric: Literal["accuracy"] = "accuracy"
-    threshold: float = Field(0.0, ge=0.0, le=1.0, description="bless the model when metric >= threshold")
+    metric: str = Field("accuracy", description="primary metric: shown in the summary; `threshold` bounds it")
+    threshold: float = Field(
+        0.0, description="value threshold on the primary metric: a lower bound (an upper bound for "
+                         "lower-is-better metrics such as log_loss); pipeline parameter eval_threshold")
+    change_threshold: Optional[ChangeThreshold] = Field(
+        None, description="primary metric vs the model now served; skipped when nothing is served yet")
+    thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")
+    slices: List[str] = Field(default_factory=list, description="categorical features to slice metrics by")
+    fail_if_not_blessed: bool = Field(False, description="fail the run (not only skip the push) when not blessed")
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric in LOWER_IS_BETTER
 
 
 class ServingConfig(_Strict):
     base: str = Field("serving", description="serving base directory (local path or gs:// URI)")
     model_name: str
+    keep_versions: int = Field(5, ge=1, description="newest versions kept; the one labelled stable is always kept")
+    endpoint: Optional[str] = Field(
+        None, description="TF Serving gRPC host:port; when set, push waits for the new version and smoke-tests it")
+    smoke_rows: int = Field(8, ge=1, description="eval rows sent in the smoke test and in warmup requests")
+    smoke_timeout_seconds: float = Field(120.0, gt=0)
+    tf_serving_version: str = Field("2.16.1", description="TF Serving runtime in the KServe manifest")
+    namespace: Optional[str] = Field(None, description="Kubernetes namespace of the KServe InferenceService")
+    service_account: Optional[str] = Field(
+        None, description="service account the KServe predictor reads the serving base with")
 
     @field_validator("model_name")
     @classmethod
@@ -144,6 +203,13 @@ class PipelineConfig(_Strict):
     serving: ServingConfig
     images: ImagesConfig = ImagesConfig()
 
+    @model_validator(mode="after")
+    def _slices_are_categorical(self) -> "PipelineConfig":
+        unknown = [s for s in self.evaluation.slices if s not in self.data.categorical_features]
+        if unknown:
+            raise ValueError(f"evaluation.slices: {', '.join(unknown)} not in data.categorical_features")
+        return self
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, v: str) -> str:
@@ -157,7 +223,9 @@ class PipelineConfig(_Strict):
 
 
 def _format_error(err: dict) -> str:
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    key = ".".join(str(p) for p in err["loc"])
+    if not key:
+        return err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         return f"{key}: unknown key (check its spelling; pipelines/config.py lists the options)"
     if err["type"] == "missing":

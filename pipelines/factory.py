@@ -5,6 +5,8 @@ whose defaults come from the config, so a Kubeflow UI user changes them per run
 without recompiling. Nothing here reads files, the environment or the network.
 """
 
+import json
+
 from kfp import dsl, kubernetes
 
 from components import names
@@ -46,6 +48,15 @@ def _request_accelerators(task: dsl.PipelineTask, config: PipelineConfig) -> Non
         kubernetes.add_toleration(task, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
 
 
+def _thresholds_json(config: PipelineConfig) -> str:
+    """Every threshold but the primary value bound (a run-time parameter), as JSON."""
+    rules = {name: rule.model_dump(exclude_none=True) for name, rule in config.evaluation.thresholds.items()}
+    if config.evaluation.change_threshold is not None:
+        rules.setdefault(config.evaluation.metric, {})["change"] = config.evaluation.change_threshold.model_dump(
+            exclude_none=True)
+    return json.dumps(rules, sort_keys=True)
+
+
 def create_pipeline(config: PipelineConfig):
     """Returns the `@dsl.pipeline` function for `config` (compile it, or call it under kfp.local)."""
     cpu_image = config.images.cpu_image
@@ -71,7 +82,9 @@ def create_pipeline(config: PipelineConfig):
 
         validate_task = validate_op(
             examples=ingest_task.outputs["examples"], label=data.label,
-            fail_on_anomalies=config.validation.fail_on_anomalies)
+            fail_on_anomalies=config.validation.fail_on_anomalies,
+            drift=config.validation.drift.model_dump_json(exclude_none=True), serving_base=serving_base,
+            model_name=config.serving.model_name)
         validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
 
         train_task = train_op(
@@ -83,14 +96,20 @@ def create_pipeline(config: PipelineConfig):
         train_task.set_display_name("Train model").set_caching_options(False)
         _request_accelerators(train_task, config)
 
+        evaluation = config.evaluation
         evaluate_task = evaluate_op(
             model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],
-            metric=config.evaluation.metric, threshold=eval_threshold)
+            metric=evaluation.metric, threshold=eval_threshold, thresholds=_thresholds_json(config),
+            slices=list(evaluation.slices), serving_base=serving_base, model_name=config.serving.model_name)
         evaluate_task.set_display_name("Evaluate model").set_caching_options(False)
 
+        srv = config.serving
         push_task = push_op(
             model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
-            serving_base=serving_base, model_name=config.serving.model_name)
+            examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
+            schema=validate_task.outputs["schema"], serving_base=serving_base, model_name=srv.model_name,
+            keep_versions=srv.keep_versions, endpoint=srv.endpoint or "", smoke_rows=srv.smoke_rows,
+            smoke_timeout=srv.smoke_timeout_seconds, fail_if_not_blessed=evaluation.fail_if_not_blessed)
         push_task.set_display_name("Push to serving").set_caching_options(False)
 
     # Task names are the component names; the summary and tests rely on them.

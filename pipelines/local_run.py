@@ -44,6 +44,7 @@ class RunSummary:
     log_file: Optional[str] = None
     blessing: Optional[dict] = None
     push: Optional[dict] = None
+    validation: Optional[dict] = None
     errors: List[str] = field(default_factory=list)
 
     @property
@@ -55,10 +56,22 @@ class RunSummary:
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
             lines.append(f"  {step.name:<9} {step.status:<8} {took}")
+        if self.validation:
+            v = self.validation
+            if v.get("baseline"):
+                drift = f"{len(v['drift'])} feature(s) drifted" if v["drift"] else "no drift past thresholds"
+                lines.append(f"  data drift vs {v['baseline']}: {drift}")
+            else:
+                lines.append("  data drift: no baseline yet (nothing served)")
         if self.blessing:
             b = self.blessing
             verdict = "blessed" if b["blessed"] else "not blessed"
             lines.append(f"  eval {b['metric']}: {b['value']:.4f} (threshold {b['threshold']:.4f}): {verdict}")
+            if b.get("baseline_version") is not None:
+                lines.append(f"  baseline: served version {b['baseline_version']}, "
+                             f"{b['metric']} {b['baseline_value']:.4f}")
+            for reason in b.get("reasons", []):
+                lines.append(f"    - {reason}")
         if self.push:
             if self.push.get("pushed"):
                 lines.append(f"  pushed version {self.push['version']}: {self.push['path']}")
@@ -187,4 +200,5 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if run_dir is not None:
         summary.blessing = _read_json(run_dir / names.EVALUATE / "blessing" / names.BLESSING_FILE)
         summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
+        summary.validation = _read_json(run_dir / names.VALIDATE / "anomalies" / "validation.json")
     return summary

@@ -44,18 +44,39 @@ def test_penguins_end_to_end_pushes_a_servable_model(tmp_path):
     assert (run_dir / "validate" / "report").is_file()
 
 
-def test_model_below_threshold_is_not_pushed(tmp_path):
-    from pipelines.config import load_config
+def test_second_run_compares_with_the_first_runs_version(tmp_path):
+    """Run 1 pushes version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
+    validates against version 1's statistics, scores version 1 as its baseline, fails the
+    change threshold and is not pushed."""
+    import yaml
+
+    from pipelines.config import load_config, parse_config
     from pipelines.local_run import run_local
 
+    config = load_config(ROOT / "configs" / "penguins.yaml")
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["training"]["learning_rate"] = 0.0003
+    undertrained = parse_config(raw)
     serving = tmp_path / "serving"
-    summary = run_local(load_config(ROOT / "configs" / "penguins.yaml"), runs_dir=str(tmp_path / "runs"),
-                        overrides={"epochs": 1, "eval_threshold": 0.999, "serving_base": str(serving)})
-    assert summary.ok  # every step ran; the gate said no
-    assert summary.push["pushed"] is False
-    assert "below threshold 0.9990" in summary.push["reason"]
-    assert "not pushed: not blessed: accuracy" in summary.render()
-    assert not serving.exists() or not any(serving.rglob("saved_model.pb"))
+    first = run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"serving_base": str(serving)})
+    assert first.ok and first.push["version"] == 1 and first.blessing["baseline_version"] is None
+    assert "data drift: no baseline yet (nothing served)" in first.render()
+    stored = serving / "penguins" / "1" / "assets.extra"
+    assert (stored / "gpupipe" / "statistics.pb").is_file() and (stored / "gpupipe" / "schema.pbtxt").is_file()
+    assert (stored / "tf_serving_warmup_requests").is_file()
+
+    second = run_local(undertrained, runs_dir=str(tmp_path / "runs"),
+                       overrides={"serving_base": str(serving), "epochs": 1, "eval_threshold": 0.0})
+    assert second.ok  # every step ran; the gate said no
+    assert second.validation["baseline"] == "served version 1" and second.validation["drift"] == []
+    assert second.blessing["baseline_version"] == 1 and not second.blessing["blessed"]
+    assert any("vs served version 1" in r and "fails the change threshold -0.0200" in r
+               for r in second.blessing["reasons"])
+    text = second.render()
+    assert "data drift vs served version 1: no drift past thresholds" in text
+    assert "baseline: served version 1, accuracy" in text
+    assert "not pushed: not blessed: accuracy" in text
+    assert sorted(p.name for p in (serving / "penguins").iterdir()) == ["1"]
 
 
 def test_bad_data_stops_the_run_before_training(tmp_path):

@@ -1,22 +1,25 @@
 """KFP wrapper for evaluate: maps typed artifacts to `components.evaluate.logic.run_evaluate`."""
 from kfp import dsl
-from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def evaluate(model: Input[Model], examples: Input[Dataset], metric: str, threshold: float, metrics: Output[Metrics],
-             confusion: Output[ClassificationMetrics], blessing: Output[Artifact]):
-    """Scores the model on the eval split: Metrics (accuracy, log loss, per-class precision
-    and recall), a confusion matrix, and a blessing (blessed when metric >= threshold)."""
+def evaluate(model: Input[Model], examples: Input[Dataset], metric: str, threshold: float, thresholds: str,
+             slices: list, serving_base: str, model_name: str, metrics: Output[Metrics],
+             confusion: Output[ClassificationMetrics], report: Output[Markdown], blessing: Output[Artifact]):
+    """Scores the model and the model now served on the eval split: Metrics, a confusion
+    matrix (and ROC curve for two classes), a Markdown report with slices, and a blessing
+    (value thresholds, and change thresholds against the served version)."""
     from components.evaluate.logic import run_evaluate
 
-    evaluation, verdict = run_evaluate(model.path, examples.path, blessing.path, metric, threshold)
+    evaluation, verdict = run_evaluate(model.path, examples.path, blessing.path, report.path, metric, threshold,
+                                       thresholds, slices, serving_base, model_name)
     for key, value in evaluation.metrics.items():
         metrics.log_metric(key, value)
-    for name, scores in evaluation.per_class.items():
-        metrics.log_metric(f"precision/{name}", scores["precision"])
-        metrics.log_metric(f"recall/{name}", scores["recall"])
     confusion.log_confusion_matrix(evaluation.classes, evaluation.confusion_matrix)
-    blessing.metadata.update({"blessed": verdict.blessed, "reasons": verdict.reasons})
+    if evaluation.roc:
+        confusion.log_roc_curve(evaluation.roc["fpr"], evaluation.roc["tpr"], evaluation.roc["thresholds"])
+    blessing.metadata.update({"blessed": verdict.blessed, "reasons": verdict.reasons,
+                              "baseline_version": verdict.baseline_version})
 
 
 def make_evaluate_op(image: str):

@@ -1,20 +1,33 @@
-"""Evaluate: score the exported SavedModel on the eval split (through its serialized
-tf.Example signature, as TF Serving would) and bless it when the metric meets its threshold."""
+"""Evaluate: score the candidate SavedModel on the eval split (through its serialized
+tf.Example signature, as TF Serving would), score the model now served on the same rows,
+and bless the candidate as TFMA does: value thresholds, and change thresholds against
+the served baseline (skipped on the first run, when nothing is served)."""
 from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from components import names
 from components.errors import GpupipeError, reports_errors
+from components.evaluate.metrics import LOWER_IS_BETTER, classification_metrics, confusion_matrix, roc_curve
 from components.ingest.logic import examples_pattern
 
 SCORE_BATCH = 1024
+EVALUATION_FILE = "evaluation.json"
+
+
+@dataclass
+class Predictions:
+    classes: List[str]
+    labels: np.ndarray  # class index per row; -1 for a label unseen in training
+    probabilities: np.ndarray  # [rows, classes]
+    slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
 
 
 @dataclass
@@ -22,7 +35,13 @@ class Evaluation:
     metrics: Dict[str, float]
     classes: List[str]
     confusion_matrix: List[List[int]]  # rows: true class, columns: predicted class
-    per_class: Dict[str, Dict[str, float]]
+    slices: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)  # feature -> value -> metrics
+    roc: Optional[Dict[str, List[float]]] = None  # binary only: fpr, tpr, thresholds
+
+    @property
+    def per_class(self) -> Dict[str, Dict[str, float]]:
+        return {c: {"precision": self.metrics[f"precision/{c}"], "recall": self.metrics[f"recall/{c}"]}
+                for c in self.classes}
 
 
 @dataclass
@@ -32,13 +51,16 @@ class Blessing:
     value: float
     threshold: float
     reasons: List[str] = field(default_factory=list)
+    baseline_version: Optional[int] = None
+    baseline_value: Optional[float] = None
+    metrics: Dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def score_model(model_dir: str, examples_dir: str) -> Evaluation:
-    """Accuracy, log loss, confusion matrix and per-class precision/recall on the eval split."""
+def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions:
+    """Runs the model's `serving_examples` signature over the eval split."""
     import tensorflow as tf
 
     from components.train.logic import load_feature_specs
@@ -48,42 +70,110 @@ def score_model(model_dir: str, examples_dir: str) -> Evaluation:
     files = sorted(glob.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
     if not files:
         raise GpupipeError(f"examples: no eval shards under {examples_dir}; run ingest first")
-    label_spec = {specs.label: tf.io.FixedLenFeature([], tf.string)}
+    spec = {specs.label: tf.io.FixedLenFeature([], tf.string)}
+    spec.update({s: tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
     index = {c: i for i, c in enumerate(specs.classes)}
-    probs, labels = [], []
+    probs, labels, sliced = [], [], {s: [] for s in slices}
     for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(SCORE_BATCH):
         probs.append(serve(examples=batch)[names.PROBABILITIES].numpy())
-        raw = tf.io.parse_example(batch, label_spec)[specs.label].numpy()
-        labels.append(np.array([index.get(v.decode("utf-8"), -1) for v in raw]))
-    p, y = np.concatenate(probs), np.concatenate(labels)
-    known = y >= 0  # a label unseen in training counts as wrong, and is left out of log loss
-    pred = p.argmax(axis=1)
-    n = len(specs.classes)
-    cm = np.zeros((n, n), dtype=int)
-    for t, q in zip(y[known], pred[known]):
-        cm[t, q] += 1
-    per_class = {}
-    for i, c in enumerate(specs.classes):
-        tp, col, row = cm[i, i], cm[:, i].sum(), cm[i, :].sum()
-        per_class[c] = {"precision": float(tp / col) if col else 0.0, "recall": float(tp / row) if row else 0.0}
-    eps = 1e-7
-    metrics = {
-        "accuracy": float(np.mean(pred == y)),
-        "log_loss": float(-np.mean(np.log(np.clip(p[known, y[known]], eps, 1.0)))) if known.any() else float("nan"),
-        "examples": int(len(y)),
-    }
-    return Evaluation(metrics=metrics, classes=list(specs.classes), confusion_matrix=cm.tolist(), per_class=per_class)
+        parsed = tf.io.parse_example(batch, spec)
+        labels.append(np.array([index.get(v.decode("utf-8"), -1) for v in parsed[specs.label].numpy()]))
+        for s in slices:
+            sliced[s].append(np.array([v.decode("utf-8") for v in parsed[s].numpy()], dtype=object))
+    return Predictions(classes=list(specs.classes), labels=np.concatenate(labels), probabilities=np.concatenate(probs),
+                       slice_values={s: np.concatenate(v) for s, v in sliced.items()})
 
 
-def bless_model(evaluation: Evaluation, metric: str, threshold: float) -> Blessing:
-    """Blessed when `metric` >= `threshold`; the reasons say why either way."""
-    if metric not in evaluation.metrics:
-        raise GpupipeError(f"evaluation.metric: '{metric}' is not computed; use one of {', '.join(evaluation.metrics)}")
-    value = evaluation.metrics[metric]
-    blessed = bool(value >= threshold)
-    reason = (f"{metric} {value:.4f} meets threshold {threshold:.4f}" if blessed
-              else f"{metric} {value:.4f} is below threshold {threshold:.4f}")
-    return Blessing(blessed=blessed, metric=metric, value=value, threshold=threshold, reasons=[reason])
+def evaluate_predictions(pred: Predictions) -> Evaluation:
+    """Overall metrics, confusion matrix, per-slice metrics and (two classes) a ROC curve."""
+    y, p = pred.labels, pred.probabilities
+    metrics = classification_metrics(y, p, pred.classes)
+    metrics["examples"] = int(len(y))
+    slices = {}
+    for feature, values in pred.slice_values.items():
+        slices[feature] = {}
+        for value in sorted(set(values)):
+            rows = values == value
+            m = classification_metrics(y[rows], p[rows], pred.classes)
+            slices[feature][value or "<missing>"] = {"examples": int(rows.sum()), "accuracy": m["accuracy"],
+                                                    "log_loss": m["log_loss"]}
+    roc = None
+    if len(pred.classes) == 2:
+        known = y >= 0
+        fpr, tpr, thresholds = roc_curve(y[known], p[known, 1])
+        roc = {"fpr": fpr, "tpr": tpr, "thresholds": thresholds}
+    cm = confusion_matrix(y, p.argmax(axis=1), len(pred.classes))
+    return Evaluation(metrics=metrics, classes=pred.classes, confusion_matrix=cm.tolist(), slices=slices, roc=roc)
+
+
+def score_model(model_dir: str, examples_dir: str, slices: Optional[List[str]] = None) -> Evaluation:
+    return evaluate_predictions(predict(model_dir, examples_dir, slices or []))
+
+
+def _check_value(metric: str, value: float, lower: Optional[float], upper: Optional[float]) -> List[str]:
+    failures = []
+    if lower is not None and not value >= lower:
+        failures.append(f"{metric} {value:.4f} is below threshold {lower:.4f}")
+    if upper is not None and not value <= upper:
+        failures.append(f"{metric} {value:.4f} is above threshold {upper:.4f}")
+    return failures
+
+
+def _check_change(metric: str, value: float, baseline: float, version: int, change: dict) -> List[str]:
+    lower_better = metric in LOWER_IS_BETTER
+    diff = value - baseline
+    failures = []
+    absolute, relative = change.get("absolute"), change.get("relative")
+    worse = "worse" if (diff > 0) == lower_better and diff != 0 else "better"
+    if absolute is not None and not (diff <= absolute if lower_better else diff >= absolute):
+        failures.append(f"{metric} {value:.4f} vs served version {version} {baseline:.4f}: change {diff:+.4f} "
+                        f"({worse}) fails the change threshold {absolute:+.4f}")
+    if relative is not None:
+        ratio = diff / abs(baseline) if baseline else math.copysign(math.inf, diff) if diff else 0.0
+        if not (ratio <= relative if lower_better else ratio >= relative):
+            failures.append(f"{metric} {value:.4f} vs served version {version} {baseline:.4f}: relative change "
+                            f"{ratio:+.2%} ({worse}) fails the change threshold {relative:+.2%}")
+    return failures
+
+
+def bless_model(evaluation: Evaluation, metric: str, threshold: float, thresholds: Optional[Dict[str, dict]] = None,
+                baseline: Optional[Evaluation] = None, baseline_version: Optional[int] = None) -> Blessing:
+    """TFMA-style blessing. `metric`/`threshold` is the primary value threshold (a lower
+    bound, or an upper bound for lower-is-better metrics); `thresholds` maps more metrics
+    to {lower_bound, upper_bound, change: {absolute, relative}}; a `change` on `metric`
+    itself may be given there too. Change thresholds need a baseline and are skipped
+    (and said so) without one."""
+    all_thresholds = {k: dict(v) for k, v in (thresholds or {}).items()}
+    primary = all_thresholds.setdefault(metric, {})
+    primary["upper_bound" if metric in LOWER_IS_BETTER else "lower_bound"] = threshold
+    failures, passes = [], []
+    for name, rule in sorted(all_thresholds.items()):
+        if name not in evaluation.metrics:
+            raise GpupipeError(f"evaluation thresholds: metric '{name}' is not computed for this model; "
+                               f"use one of {', '.join(sorted(evaluation.metrics))}")
+        value = evaluation.metrics[name]
+        value_failures = _check_value(name, value, rule.get("lower_bound"), rule.get("upper_bound"))
+        failures += value_failures
+        if not value_failures:
+            bounds = " and ".join(f"{'>=' if k == 'lower_bound' else '<='} {rule[k]:.4f}"
+                                  for k in ("lower_bound", "upper_bound") if rule.get(k) is not None)
+            passes.append(f"{name} {value:.4f} meets threshold ({bounds})")
+        change = rule.get("change")
+        if change:
+            if baseline is None:
+                passes.append(f"{name}: no served model yet, change threshold skipped")
+            else:
+                change_failures = _check_change(name, value, baseline.metrics[name], baseline_version, change)
+                failures += change_failures
+                if not change_failures:
+                    passes.append(f"{name} {value:.4f} vs served version {baseline_version} "
+                                  f"{baseline.metrics[name]:.4f}: within the change threshold")
+    blessed = not failures
+    return Blessing(
+        blessed=blessed, metric=metric, value=evaluation.metrics[metric], threshold=threshold,
+        reasons=failures if failures else passes, baseline_version=baseline_version,
+        baseline_value=baseline.metrics[metric] if baseline is not None else None,
+        metrics={k: v for k, v in evaluation.metrics.items()})
 
 
 def write_blessing(blessing: Blessing, blessing_dir: str) -> None:
@@ -100,11 +190,51 @@ def read_blessing(blessing_dir: str) -> Blessing:
         return Blessing(**json.load(f))
 
 
+def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional[Evaluation]) -> str:
+    """Markdown: verdict and reasons, metrics beside the baseline's, slices, confusion matrix."""
+    verdict = "**BLESSED**" if blessing.blessed else "**NOT BLESSED**"
+    lines = [f"# Model evaluation: {verdict}", ""]
+    lines += [f"- {r}" for r in blessing.reasons] + [""]
+    head = "| metric | candidate |" + (f" served v{blessing.baseline_version} |" if baseline else "")
+    lines += [head, "|---|---|" + ("---|" if baseline else "")]
+    for k, v in evaluation.metrics.items():
+        row = f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+        if baseline:
+            b = baseline.metrics.get(k)
+            row += f" {b:.4f} |" if isinstance(b, float) else f" {b} |"
+        lines.append(row)
+    for feature, values in evaluation.slices.items():
+        lines += ["", f"## Slices by {feature}", "", "| value | examples | accuracy | log_loss |", "|---|---|---|---|"]
+        lines += [f"| {v} | {m['examples']} | {m['accuracy']:.4f} | {m['log_loss']:.4f} |" for v, m in values.items()]
+    lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
+              "| | " + " | ".join(evaluation.classes) + " |", "|---|" + "---|" * len(evaluation.classes)]
+    lines += [f"| {c} | " + " | ".join(str(n) for n in row) + " |"
+              for c, row in zip(evaluation.classes, evaluation.confusion_matrix)]
+    return "\n".join(lines) + "\n"
+
+
 @reports_errors("evaluate")
-def run_evaluate(model_dir: str, examples_dir: str, blessing_dir: str, metric: str, threshold: float
-                 ) -> tuple[Evaluation, Blessing]:
-    """The evaluate step as the component calls it: scores, blesses, writes the blessing."""
-    evaluation = score_model(model_dir, examples_dir)
-    blessing = bless_model(evaluation, metric, threshold)
+def run_evaluate(model_dir: str, examples_dir: str, blessing_dir: str, report_md: str, metric: str,
+                 threshold: float, thresholds_json: str = "{}", slices: Optional[List[str]] = None,
+                 serving_base: str = "", model_name: str = "") -> tuple[Evaluation, Blessing]:
+    """The evaluate step as the component calls it: scores the candidate and the served
+    baseline (if any), blesses, writes blessing.json and evaluation.json into `blessing_dir`
+    and the Markdown report to the file `report_md`."""
+    from components.push.serving import served_version
+
+    evaluation = score_model(model_dir, examples_dir, slices)
+    baseline, baseline_version = None, None
+    if serving_base and model_name:
+        found = served_version(serving_base, model_name)
+        if found is not None:
+            baseline_version, baseline_dir = found
+            baseline = score_model(baseline_dir, examples_dir, slices)
+    blessing = bless_model(evaluation, metric, threshold, json.loads(thresholds_json or "{}"), baseline,
+                           baseline_version)
     write_blessing(blessing, blessing_dir)
+    with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
+        json.dump(asdict(evaluation), f, indent=2)
+    os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)
+    with open(report_md, "w", encoding="utf-8") as f:
+        f.write(render_report(evaluation, blessing, baseline))
     return evaluation, blessing

@@ -1,41 +1,123 @@
-"""Unit tests of evaluate logic: real scoring of a trained SavedModel, and the blessing rule."""
+"""Unit tests of evaluate: metrics by task, slices, TFMA-style blessing with a served baseline."""
+import json
+
+import numpy as np
 import pytest
 
-from components.evaluate.logic import Evaluation, bless_model, read_blessing, score_model, write_blessing
 from components.errors import GpupipeError
+from components.evaluate.logic import (Evaluation, bless_model, read_blessing, render_report, run_evaluate,
+                                       score_model, write_blessing)
+from components.evaluate.metrics import average_precision, binary_metrics, multiclass_metrics, regression_metrics, roc_auc
 
 pytestmark = pytest.mark.unit
 
 
-def test_scores_eval_split(penguin_model, penguin_examples):
-    evaluation = score_model(penguin_model, penguin_examples)
+def test_scores_eval_split_with_slices(penguin_model, penguin_examples):
+    evaluation = score_model(penguin_model, penguin_examples, slices=["island"])
     assert evaluation.classes == ["Adelie", "Chinstrap", "Gentoo"]
     total = sum(sum(row) for row in evaluation.confusion_matrix)
     assert total == evaluation.metrics["examples"] > 0
     correct = sum(evaluation.confusion_matrix[i][i] for i in range(3))
     assert evaluation.metrics["accuracy"] == pytest.approx(correct / total)
     assert evaluation.metrics["log_loss"] > 0
+    assert set(evaluation.slices["island"]) <= {"Biscoe", "Dream", "Torgersen"}
+    assert sum(s["examples"] for s in evaluation.slices["island"].values()) == total
     assert set(evaluation.per_class) == set(evaluation.classes)
 
 
-def _evaluation(accuracy):
-    return Evaluation(metrics={"accuracy": accuracy, "log_loss": 0.3, "examples": 10}, classes=["a", "b"],
-                      confusion_matrix=[[5, 0], [0, 5]], per_class={})
+def test_multiclass_metrics_by_hand():
+    y = np.array([0, 1, 2, 2])
+    p = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
+    m = multiclass_metrics(y, p, ["a", "b", "c"])
+    assert m["accuracy"] == 0.75
+    assert m["precision/b"] == 0.5 and m["recall/b"] == 1.0 and m["recall/c"] == 0.5
+    assert m["log_loss"] == pytest.approx(-np.mean(np.log([0.8, 0.8, 0.1, 0.6])))
+
+
+def test_binary_metrics_by_hand():
+    y = np.array([0, 0, 1, 1])
+    score = np.array([0.1, 0.4, 0.35, 0.8])
+    assert roc_auc(y, score) == pytest.approx(0.75)  # the classic example
+    assert average_precision(y, score) == pytest.approx((1 / 1 + 2 / 3) / 2)
+    m = binary_metrics(y, score)
+    assert m["accuracy"] == 0.75 and m["auc"] == pytest.approx(0.75)
+    assert m["calibration"] == pytest.approx(np.mean(score) / 0.5)
+    assert 0 <= m["calibration_error"] <= 1
+
+
+def test_regression_metrics_by_hand():
+    m = regression_metrics(np.array([1.0, 2.0, 3.0]), np.array([1.0, 4.0, 2.0]))
+    assert m["rmse"] == pytest.approx(np.sqrt(5 / 3)) and m["mae"] == pytest.approx(1.0)
+
+
+def _evaluation(accuracy, log_loss=0.3):
+    return Evaluation(metrics={"accuracy": accuracy, "log_loss": log_loss, "examples": 10}, classes=["a", "b"],
+                      confusion_matrix=[[5, 0], [0, 5]])
 
 
 def test_blessed_at_or_above_threshold(tmp_path):
     blessing = bless_model(_evaluation(0.9), "accuracy", 0.9)
-    assert blessing.blessed and "meets threshold" in blessing.reasons[0]
+    assert blessing.blessed and blessing.reasons == ["accuracy 0.9000 meets threshold (>= 0.9000)"]
     write_blessing(blessing, str(tmp_path))
     assert read_blessing(str(tmp_path)) == blessing
 
 
-def test_not_blessed_below_threshold_says_why():
+def test_below_value_threshold_is_not_blessed_and_says_why():
     blessing = bless_model(_evaluation(0.85), "accuracy", 0.9)
-    assert not blessing.blessed
-    assert blessing.reasons == ["accuracy 0.8500 is below threshold 0.9000"]
+    assert not blessing.blessed and blessing.reasons == ["accuracy 0.8500 is below threshold 0.9000"]
+
+
+def test_lower_is_better_metrics_take_an_upper_bound():
+    assert bless_model(_evaluation(0.9, log_loss=0.2), "log_loss", 0.25).blessed
+    blessing = bless_model(_evaluation(0.9, log_loss=0.3), "log_loss", 0.25)
+    assert blessing.reasons == ["log_loss 0.3000 is above threshold 0.2500"]
+
+
+def test_first_run_needs_only_value_thresholds():
+    blessing = bless_model(_evaluation(0.91), "accuracy", 0.9, {"accuracy": {"change": {"absolute": -0.01}}})
+    assert blessing.blessed and blessing.baseline_version is None
+    assert "accuracy: no served model yet, change threshold skipped" in blessing.reasons
+
+
+def test_worse_than_served_baseline_beyond_change_threshold_is_not_blessed():
+    rules = {"accuracy": {"change": {"absolute": -0.02}}}
+    ok = bless_model(_evaluation(0.93), "accuracy", 0.9, rules, baseline=_evaluation(0.94), baseline_version=3)
+    assert ok.blessed and ok.baseline_version == 3 and ok.baseline_value == 0.94
+    worse = bless_model(_evaluation(0.91), "accuracy", 0.9, rules, baseline=_evaluation(0.94), baseline_version=3)
+    assert not worse.blessed
+    assert worse.reasons == ["accuracy 0.9100 vs served version 3 0.9400: change -0.0300 (worse) fails the change "
+                             "threshold -0.0200"]
+
+
+def test_relative_change_and_lower_is_better_direction():
+    rules = {"log_loss": {"change": {"relative": 0.10}}}  # at most 10% higher log loss
+    ok = bless_model(_evaluation(0.9, 0.21), "accuracy", 0.5, rules, _evaluation(0.9, 0.20), 1)
+    bad = bless_model(_evaluation(0.9, 0.25), "accuracy", 0.5, rules, _evaluation(0.9, 0.20), 1)
+    assert ok.blessed and not bad.blessed
+    assert "relative change +25.00% (worse) fails the change threshold +10.00%" in bad.reasons[0]
 
 
 def test_unknown_metric_is_a_clear_error():
-    with pytest.raises(GpupipeError, match="evaluation.metric: 'auc' is not computed"):
+    with pytest.raises(GpupipeError, match="metric 'auc' is not computed"):
         bless_model(_evaluation(0.9), "auc", 0.5)
+
+
+def test_run_evaluate_scores_the_served_baseline(tmp_path, penguin_model, penguin_examples):
+    from components.push.logic import push_model
+
+    base = str(tmp_path / "serving")
+    push_model(penguin_model, True, ["ok"], base, "penguins")
+    evaluation, blessing = run_evaluate(
+        penguin_model, penguin_examples, str(tmp_path / "blessing"), str(tmp_path / "report.md"), "accuracy", 0.0,
+        json.dumps({"accuracy": {"change": {"absolute": 0.0}}}), ["island"], base, "penguins")
+    assert blessing.baseline_version == 1 and blessing.baseline_value == evaluation.metrics["accuracy"]
+    assert blessing.blessed  # the same model is not worse than itself
+    report = (tmp_path / "report.md").read_text()
+    assert "served v1" in report and "## Slices by island" in report and "Confusion matrix" in report
+    saved = json.loads((tmp_path / "blessing" / "evaluation.json").read_text())
+    assert saved["metrics"]["accuracy"] == evaluation.metrics["accuracy"]
+
+
+def test_report_renders_reasons():
+    text = render_report(_evaluation(0.8), bless_model(_evaluation(0.8), "accuracy", 0.9), None)
+    assert text.startswith("# Model evaluation: **NOT BLESSED**") and "below threshold" in text

@@ -1,16 +1,20 @@
 """KFP wrapper for push: maps typed artifacts to `components.push.logic.run_push`."""
 from kfp import dsl
-from kfp.dsl import Artifact, Input, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
 
-def push(model: Input[Model], blessing: Input[Artifact], serving_base: str, model_name: str,
-         pushed: Output[Artifact]) -> str:
+def push(model: Input[Model], blessing: Input[Artifact], examples: Input[Dataset], statistics: Input[Artifact],
+         schema: Input[Artifact], serving_base: str, model_name: str, keep_versions: int, endpoint: str,
+         smoke_rows: int, smoke_timeout: float, fail_if_not_blessed: bool, pushed: Output[Artifact]) -> str:
     """Copies a blessed model to <serving_base>/<model_name>/<next integer version>/ (whole or
-    not at all). An unblessed model is not pushed; the output records why. Returns the
-    pushed version's path, or "" when nothing was pushed."""
+    not at all) with warmup requests, training statistics, schema and metrics; labels it in
+    models.config; smoke-tests it when an endpoint is set; keeps the newest versions. An
+    unblessed model is not pushed and the output says why. Returns the version's path or ""."""
     from components.push.logic import run_push
 
-    result = run_push(model.path, blessing.path, serving_base, model_name, pushed.path)
+    result = run_push(model.path, blessing.path, examples.path, statistics.path, schema.path, serving_base,
+                      model_name, pushed.path, keep_versions, endpoint, smoke_rows, smoke_timeout,
+                      fail_if_not_blessed)
     pushed.metadata.update(result.to_dict())
     return result.path or ""
 

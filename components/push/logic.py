@@ -1,25 +1,26 @@
-"""Push: copy a blessed SavedModel into `<serving base>/<model name>/<integer version>/`,
-the layout TF Serving and KServe load.
+"""Push: a blessed SavedModel into `<serving base>/<model name>/<integer version>/`, the
+layout TF Serving and KServe load, with what the next run needs stored beside it.
 
-A version directory appears whole or not at all: locally the model is copied under a
-temporary non-numeric name and renamed; on gs:// every other file is uploaded first and
-`saved_model.pb` last, since TF Serving takes any integer directory as a version.
+Order: stage a copy with its extras (warmup requests, training statistics and schema,
+metrics) -> add it as the next version, whole or not at all -> label it (`canary` when a
+smoke test will run, else `stable`) in models.config -> smoke-test it on the configured
+endpoint and move `stable` only when that passes -> drop versions beyond `keep_versions`.
 """
 from __future__ import annotations
 
-import errno
+import glob
 import json
 import os
 import shutil
-import uuid
+import tempfile
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
 from components import names
 from components.errors import GpupipeError, reports_errors
-from components.io import gcs_client, is_gcs, split_gcs
-
-SAVED_MODEL_PB = "saved_model.pb"
+from components.ingest.logic import examples_pattern
+from components.push import models_config, serving
+from components.serving_store import ServingStore
 
 
 @dataclass
@@ -28,89 +29,90 @@ class PushResult:
     reason: str
     version: Optional[int] = None
     path: Optional[str] = None
+    stable: Optional[int] = None
+    removed_versions: Optional[List[int]] = None
+    smoke_test: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _check_model_dir(model_dir: str) -> None:
-    if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_PB)):
-        raise GpupipeError(f"model: {model_dir} has no {SAVED_MODEL_PB}; it is not a SavedModel, retrain it")
+def eval_examples(examples_dir: str, count: int) -> List[bytes]:
+    """The first `count` serialized eval examples (warmup requests and smoke test rows)."""
+    import tensorflow as tf
+
+    files = sorted(glob.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
+    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP").take(count)
+    return [r.numpy() for r in dataset]
 
 
-def list_versions(base: str, model_name: str) -> List[int]:
-    """The integer versions under `<base>/<model_name>/`, ascending."""
-    if is_gcs(base):
-        bucket, prefix = split_gcs(f"{base.rstrip('/')}/{model_name}/")
-        found = set()
-        for blob in gcs_client().list_blobs(bucket, prefix=prefix):
-            head = blob.name[len(prefix):].split("/", 1)
-            if len(head) == 2 and head[0].isdigit() and head[1] == SAVED_MODEL_PB:
-                found.add(int(head[0]))
-        return sorted(found)
-    root = os.path.join(base, model_name)
-    if not os.path.isdir(root):
-        return []
-    return sorted(int(d) for d in os.listdir(root)
-                  if d.isdigit() and os.path.isfile(os.path.join(root, d, SAVED_MODEL_PB)))
+def write_warmup_requests(path: str, model_name: str, examples: List[bytes]) -> None:
+    """TF Serving warmup file: a TFRecord of PredictionLog, one Predict request per row."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from components.push.smoke import predict_request
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in examples:
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=predict_request(model_name, [example])))
+            writer.write(log.SerializeToString())
 
 
-def _push_local(model_dir: str, base: str, model_name: str) -> tuple[int, str]:
-    root = os.path.join(base, model_name)
-    os.makedirs(root, exist_ok=True)
-    staging = os.path.join(root, f".staging-{uuid.uuid4().hex}")
-    shutil.copytree(model_dir, staging)
-    try:
-        version = (max(list_versions(base, model_name), default=0)) + 1
-        while True:
-            target = os.path.join(root, str(version))
-            try:
-                os.rename(staging, target)  # atomic; fails if another push took this number
-                return version, target
-            except OSError as err:
-                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                version += 1
-    finally:
-        if os.path.exists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
+def stage_version(model_dir: str, into: str, model_name: str, examples: List[bytes], statistics_file: str = "",
+                  schema_file: str = "", metrics: Optional[dict] = None) -> str:
+    """A copy of the SavedModel with its extras, ready to become a version."""
+    staged = os.path.join(into, "version")
+    shutil.copytree(model_dir, staged)
+    if examples:
+        write_warmup_requests(os.path.join(staged, serving.EXTRA_DIR, serving.WARMUP_FILE), model_name, examples)
+    extra = os.path.join(staged, serving.EXTRA_DIR, serving.GPUPIPE_DIR)
+    os.makedirs(extra, exist_ok=True)
+    if statistics_file:
+        shutil.copy(statistics_file, os.path.join(extra, serving.STATS_FILE))
+    if schema_file:
+        shutil.copy(schema_file, os.path.join(extra, serving.SCHEMA_FILE))
+    with open(os.path.join(extra, serving.METRICS_FILE), "w", encoding="utf-8") as f:
+        json.dump(metrics or {}, f, indent=2)
+    return staged
 
 
-def _push_gcs(model_dir: str, base: str, model_name: str) -> tuple[int, str]:
-    bucket_name, prefix = split_gcs(f"{base.rstrip('/')}/{model_name}")
-    bucket = gcs_client().bucket(bucket_name)
-    version = max(list_versions(base, model_name), default=0) + 1
-    files = []
-    for dirpath, _, filenames in os.walk(model_dir):
-        files += [os.path.relpath(os.path.join(dirpath, n), model_dir) for n in filenames]
-    # saved_model.pb last: until it lands, TF Serving does not see a loadable version.
-    files.sort(key=lambda rel: (rel == SAVED_MODEL_PB, rel))
-    while True:
-        marker = bucket.blob(f"{prefix}/{version}/{SAVED_MODEL_PB}")
-        if not marker.exists():
-            break
-        version += 1
-    for rel in files:
-        blob = bucket.blob(f"{prefix}/{version}/{rel}")
-        if rel == SAVED_MODEL_PB:
-            # if_generation_match=0: only create, so two pushes never share a version.
-            try:
-                blob.upload_from_filename(os.path.join(model_dir, rel), if_generation_match=0)
-            except Exception as err:  # google.api_core PreconditionFailed
-                raise GpupipeError(f"serving.base: version {version} of {model_name} was taken during the push; rerun push") from err
-        else:
-            blob.upload_from_filename(os.path.join(model_dir, rel))
-    return version, f"gs://{bucket_name}/{prefix}/{version}"
-
-
-def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str) -> PushResult:
+def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str,
+               examples: Optional[List[bytes]] = None, statistics_file: str = "", schema_file: str = "",
+               metrics: Optional[dict] = None, keep_versions: int = 0, endpoint: str = "",
+               smoke_timeout: float = 120.0) -> PushResult:
     """Pushes a blessed model as the next integer version; an unblessed one is not pushed
-    and the result says why."""
+    and the result says why. With `endpoint`, `stable` moves only after the smoke test."""
     if not blessed:
         return PushResult(pushed=False, reason="not blessed: " + "; ".join(blessing_reasons))
-    _check_model_dir(model_dir)
-    version, path = (_push_gcs if is_gcs(base) else _push_local)(model_dir, base, model_name)
-    return PushResult(pushed=True, reason="blessed: " + "; ".join(blessing_reasons), version=version, path=path)
+    store = ServingStore(base, model_name)
+    with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
+        staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics)
+        version = store.add_version(staged)
+    labels = serving.current_labels(store)
+    stable_before = labels.get(models_config.STABLE)
+    result = PushResult(pushed=True, reason="blessed: " + "; ".join(blessing_reasons), version=version,
+                        path=store.version_path(version))
+    if endpoint:
+        from components.push.smoke import smoke_test
+
+        before = store.read_models_config()
+        serving.set_labels(store, {**labels, models_config.CANARY: version})
+        try:
+            gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], smoke_timeout)
+        except GpupipeError:
+            store.write_models_config(before or "")  # serve exactly what was served before
+            raise
+        result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
+    serving.set_labels(store, {models_config.STABLE: version})
+    result.stable = version
+    if keep_versions:
+        result.removed_versions = serving.apply_retention(store, keep_versions)
+    if stable_before is not None and stable_before != version:
+        result.reason += f"; stable moved from version {stable_before}"
+    return result
 
 
 def write_result(result: PushResult, output_dir: str) -> None:
@@ -120,11 +122,24 @@ def write_result(result: PushResult, output_dir: str) -> None:
 
 
 @reports_errors("push")
-def run_push(model_dir: str, blessing_dir: str, base: str, model_name: str, output_dir: str) -> PushResult:
+def run_push(model_dir: str, blessing_dir: str, examples_dir: str, statistics_dir: str, schema_dir: str,
+             base: str, model_name: str, output_dir: str, keep_versions: int = 5, endpoint: str = "",
+             smoke_rows: int = 8, smoke_timeout: float = 120.0, fail_if_not_blessed: bool = False) -> PushResult:
     """The push step as the component calls it: reads the blessing, pushes or not, records why."""
     from components.evaluate.logic import read_blessing
 
     blessing = read_blessing(blessing_dir)
-    result = push_model(model_dir, blessing.blessed, blessing.reasons, base, model_name)
+    try:
+        result = push_model(
+            model_dir, blessing.blessed, blessing.reasons, base, model_name,
+            examples=eval_examples(examples_dir, smoke_rows) if blessing.blessed else [],
+            statistics_file=os.path.join(statistics_dir, names.STATS_FILE),
+            schema_file=os.path.join(schema_dir, names.SCHEMA_FILE),
+            metrics=blessing.metrics, keep_versions=keep_versions, endpoint=endpoint, smoke_timeout=smoke_timeout)
+    except GpupipeError as err:
+        write_result(PushResult(pushed=False, reason=str(err)), output_dir)
+        raise
     write_result(result, output_dir)
+    if not result.pushed and fail_if_not_blessed:
+        raise GpupipeError(f"model not pushed, {result.reason} (evaluation.fail_if_not_blessed is true)")
     return result

@@ -1,11 +1,19 @@
-"""Unit tests of push logic: versions, whole-or-nothing directories, the blessing gate."""
+"""Unit tests of push: whole versions, the blessing gate, retention, models.config labels,
+rollback, gs:// through gcp-storage-emulator, the smoke test against a TF Serving fixture."""
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import pytest
 
 from components.errors import GpupipeError
-from components.push.logic import list_versions, push_model
+from components.push import models_config, serving
+from components.push.logic import eval_examples, push_model, run_push
+from components.serving_store import ServingStore
 
 pytestmark = pytest.mark.unit
 
@@ -19,23 +27,40 @@ def model_dir(tmp_path):
     return str(d)
 
 
+def labels(base, name="m"):
+    return models_config.labels(ServingStore(base, name).read_models_config(), name)
+
+
 def test_versions_increase_and_are_whole(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     first = push_model(model_dir, True, ["ok"], base, "m")
     second = push_model(model_dir, True, ["ok"], base, "m")
     assert (first.version, second.version) == (1, 2)
-    assert list_versions(base, "m") == [1, 2]
+    assert ServingStore(base, "m").versions() == [1, 2]
     assert os.path.isfile(os.path.join(base, "m", "2", "saved_model.pb"))
     assert os.path.isfile(os.path.join(base, "m", "2", "variables", "variables.index"))
+    assert os.path.isfile(os.path.join(base, "m", "2", "assets.extra", "gpupipe", "metrics.json"))
     assert sorted(os.listdir(os.path.join(base, "m"))) == ["1", "2"]  # no staging left behind
+    assert labels(base) == {"stable": 2}
 
 
 def test_unblessed_model_is_not_pushed(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    result = push_model(model_dir, False, ["accuracy 0.5 is below threshold 0.9"], base, "m")
+    result = push_model(model_dir, False, ["accuracy 0.5000 is below threshold 0.9000"], base, "m")
     assert not result.pushed and result.version is None
-    assert result.reason == "not blessed: accuracy 0.5 is below threshold 0.9"
-    assert not os.path.exists(os.path.join(base, "m"))
+    assert result.reason == "not blessed: accuracy 0.5000 is below threshold 0.9000"
+    assert not os.path.exists(base)
+
+
+def test_fail_if_not_blessed_fails_the_step_and_records_why(tmp_path, model_dir):
+    from components.evaluate.logic import Blessing, write_blessing
+
+    write_blessing(Blessing(False, "accuracy", 0.5, 0.9, ["accuracy 0.5000 is below threshold 0.9000"]),
+                   str(tmp_path / "b"))
+    with pytest.raises(GpupipeError, match="model not pushed, not blessed: accuracy 0.5000 is below"):
+        run_push(model_dir, str(tmp_path / "b"), "", str(tmp_path / "s"), str(tmp_path / "c"),
+                 str(tmp_path / "serving"), "m", str(tmp_path / "out"), fail_if_not_blessed=True)
+    assert '"pushed": false' in (tmp_path / "out" / "push.json").read_text()
 
 
 def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
@@ -48,7 +73,151 @@ def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
     for t in threads:
         t.join()
     assert sorted(r.version for r in results) == [1, 2, 3, 4, 5, 6]
-    assert list_versions(base, "m") == [1, 2, 3, 4, 5, 6]
+    assert ServingStore(base, "m").versions() == [1, 2, 3, 4, 5, 6]
+
+
+_SLOW_PUSH = textwrap.dedent("""
+    import shutil, sys, time
+    from components.push.logic import push_model
+    copy = shutil.copy2
+    def slow_copy(src, dst, **kw):  # slow the copy down so the test can kill it midway
+        time.sleep(0.02)
+        return copy(src, dst, **kw)
+    shutil.copy2 = slow_copy
+    push_model(sys.argv[1], True, ["ok"], sys.argv[2], "m")
+""")
+
+
+def test_push_killed_midway_leaves_no_partial_version(tmp_path, model_dir):
+    for i in range(300):
+        (tmp_path / "model" / "variables" / f"shard-{i:04d}").write_bytes(b"x" * 100)
+    base = tmp_path / "serving"
+    push_model(model_dir, True, ["ok"], str(base), "m")  # version 1, whole
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_PUSH, model_dir, str(base)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the copy is under way
+        staging = [p for p in (base / "m").iterdir() if p.name.startswith(".staging-")]
+        if staging and len(list(staging[0].rglob("shard-*"))) > 20:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    integer_dirs = [p for p in (base / "m").iterdir() if p.name.isdigit()]
+    assert [p.name for p in integer_dirs] == ["1"]
+    for d in integer_dirs:
+        assert (d / "saved_model.pb").is_file() and (d / "variables").is_dir()
+    assert ServingStore(str(base), "m").versions() == [1]
+    assert push_model(model_dir, True, ["ok"], str(base), "m").version == 2  # the next push is unaffected
+
+
+def test_retention_keeps_the_newest_k(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    removed = [push_model(model_dir, True, ["ok"], base, "m", keep_versions=2).removed_versions for _ in range(4)]
+    assert removed == [[], [], [1], [2]]
+    assert ServingStore(base, "m").versions() == [3, 4]
+    assert sorted(os.listdir(os.path.join(base, "m"))) == ["3", "4"]
+
+
+def test_retention_never_deletes_a_labelled_version(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    store = ServingStore(base, "m")
+    for _ in range(3):
+        store.add_version(model_dir)
+    serving.set_labels(store, {"stable": 1, "canary": 3})
+    assert serving.apply_retention(store, 1) == [2]
+    assert store.versions() == [1, 3]
+
+
+def test_rollback_changes_what_models_config_serves(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    for _ in range(3):
+        push_model(model_dir, True, ["ok"], base, "m")
+    assert labels(base) == {"stable": 3}
+    assert serving.rollback(base, "m") == (3, 2)
+    text = (tmp_path / "serving" / "models.config").read_text()
+    assert "versions: 2" in text and 'key: "stable"' in text and "value: 2" in text
+    assert serving.served_version(base, "m")[0] == 2  # the next run's baseline follows the label
+    assert serving.rollback(base, "m", to=1) == (2, 1)
+    with pytest.raises(GpupipeError, match="rollback --to 7: no such version of m"):
+        serving.rollback(base, "m", to=7)
+
+
+def test_models_config_keeps_other_models(tmp_path, model_dir):
+    base = tmp_path / "serving"
+    base.mkdir()
+    (base / "models.config").write_text(
+        'model_config_list { config { name: "other" base_path: "/x/other" model_platform: "tensorflow" } }')
+    push_model(model_dir, True, ["ok"], str(base), "m")
+    text = (base / "models.config").read_text()
+    assert 'name: "other"' in text and 'name: "m"' in text
+
+
+def test_push_to_gcs_through_the_emulator(tmp_path, model_dir, monkeypatch):
+    from tests.fixtures.gcs import gcs_emulator
+
+    with gcs_emulator(monkeypatch) as bucket:
+        base = f"gs://{bucket}/models"
+        first = push_model(model_dir, True, ["ok"], base, "m")
+        second = push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)
+        assert (first.version, second.version) == (1, 2)
+        assert first.path == f"gs://{bucket}/models/m/1"
+        store = ServingStore(base, "m")
+        assert store.versions() == [2]
+        assert labels(base) == {"stable": 2}
+        local = store.download_version(2, str(tmp_path / "dl"))
+        assert (tmp_path / "dl" / "saved_model.pb").read_bytes() == b"pb"
+        assert os.path.isfile(os.path.join(local, "variables", "variables.index"))
+
+
+def test_warmup_requests_are_predict_logs_of_eval_rows(tmp_path, penguin_model, penguin_examples):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    base = str(tmp_path / "serving")
+    rows = eval_examples(penguin_examples, 3)
+    result = push_model(penguin_model, True, ["ok"], base, "penguins", examples=rows)
+    warmup = os.path.join(result.path, "assets.extra", "tf_serving_warmup_requests")
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(warmup)]
+    assert len(logs) == 3
+    request = logs[0].predict_log.request
+    assert request.model_spec.name == "penguins" and request.model_spec.signature_name == "serving_examples"
+    assert list(tf.make_ndarray(request.inputs["examples"])) == [rows[0]]
+
+
+def test_smoke_test_passes_against_the_tf_serving_fixture(tmp_path, penguin_model, penguin_examples):
+    from tests.fixtures.tf_serving import FakeTFServing, FixtureServer
+
+    base = str(tmp_path / "serving")
+    rows = eval_examples(penguin_examples, 4)
+    push_model(penguin_model, True, ["ok"], base, "penguins")  # version 1, stable
+    with FixtureServer(FakeTFServing(base, "penguins")) as server:
+        result = push_model(penguin_model, True, ["ok"], base, "penguins", examples=rows, endpoint=server.endpoint,
+                            smoke_timeout=30)
+    assert result.version == 2 and result.smoke_test.startswith(f"passed on {server.endpoint}")
+    assert labels(base, "penguins") == {"stable": 2}
+    calls = [name for name, _ in server.servicer.requests]
+    assert calls[0] == "GetModelStatus" and "Predict" in calls
+    predict = next(req for name, req in server.servicer.requests if name == "Predict")
+    assert predict.model_spec.version.value == 2
+
+
+@pytest.mark.parametrize("servicer_args, message", [
+    ({"perturb": 0.01}, "predictions differ from the pushed model's by up to 0.01"),
+    ({"unavailable": True}, r"version 2 of penguins not AVAILABLE within 2s \(state LOADING\)"),
+])
+def test_smoke_test_failure_leaves_stable_where_it_was(tmp_path, penguin_model, penguin_examples, servicer_args,
+                                                        message):
+    from tests.fixtures.tf_serving import FakeTFServing, FixtureServer
+
+    base = str(tmp_path / "serving")
+    push_model(penguin_model, True, ["ok"], base, "penguins")
+    before = (tmp_path / "serving" / "models.config").read_text()
+    with FixtureServer(FakeTFServing(base, "penguins", **servicer_args)) as server:
+        with pytest.raises(GpupipeError, match=message):
+            push_model(penguin_model, True, ["ok"], base, "penguins", examples=eval_examples(penguin_examples, 4),
+                       endpoint=server.endpoint, smoke_timeout=2)
+    assert labels(base, "penguins") == {"stable": 1}
+    assert (tmp_path / "serving" / "models.config").read_text() == before
 
 
 def test_directory_without_saved_model_is_refused(tmp_path):

@@ -1,18 +1,20 @@
 """KFP wrapper for validate: maps typed artifacts to `components.validate.logic.run_validate`."""
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Dataset, Input, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Output
 
 
-def validate(examples: Input[Dataset], label: str, fail_on_anomalies: bool, statistics: Output[Artifact],
-             schema: Output[Artifact], anomalies: Output[Artifact], report: Output[HTML]):
-    """TFDV statistics (train and eval), inferred schema.pbtxt, anomalies per split with a
-    Markdown summary, and TFDV's HTML report. Fails the task on anomalies when told to."""
+def validate(examples: Input[Dataset], label: str, fail_on_anomalies: bool, drift: str, serving_base: str,
+             model_name: str, statistics: Output[Artifact], schema: Output[Artifact], anomalies: Output[Artifact],
+             summary: Output[Markdown], report: Output[HTML]):
+    """TFDV statistics (train and eval), inferred schema.pbtxt, anomalies per split and the
+    drift of train against the served version's statistics, with a Markdown summary, and
+    TFDV's HTML report. Fails the task on blocking anomalies or drift."""
     from components.validate.logic import run_validate
 
-    summary = run_validate(examples.path, label, statistics.path, schema.path, anomalies.path, report.path,
-                           fail_on_anomalies)
-    anomalies.metadata.update({"count": summary["anomalies"]})
-    statistics.metadata.update({"examples": summary["examples"]})
+    result = run_validate(examples.path, label, statistics.path, schema.path, anomalies.path, summary.path,
+                          report.path, fail_on_anomalies, drift, serving_base, model_name)
+    anomalies.metadata.update({k: result[k] for k in ("anomalies", "drift", "baseline")})
+    statistics.metadata.update({"examples": result["examples"]})
 
 
 def make_validate_op(image: str):

@@ -7,6 +7,7 @@ anomalies raise a GpupipeError whose one line lists every anomaly.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -62,43 +63,95 @@ def infer_schema(train_stats, label: str):
 
 
 @dataclass
+class DriftSettings:
+    """Thresholds for drift of the train split against baseline statistics."""
+
+    categorical_threshold: float = 0.3  # L-infinity distance
+    numeric_threshold: float = 0.3  # Jensen-Shannon divergence
+    features: Dict[str, float] = field(default_factory=dict)
+    blocking: bool = True
+
+
+@dataclass
 class ValidationResult:
     statistics: Dict[str, object]
     schema: object
     anomalies: Dict[str, object]
-    problems: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)  # schema anomalies, one line each
+    drift: List[str] = field(default_factory=list)  # drift past its threshold, one line each
+    baseline: str = ""  # where the drift baseline came from ("" when there was none)
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.drift
 
 
-def describe_anomalies(split: str, anomalies) -> List[str]:
-    """One line per anomalous feature: `split: feature 'x': description`."""
+def _is_drift(reason) -> bool:
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    return "COMPARATOR" in anomalies_pb2.AnomalyInfo.Type.Name(reason.type)
+
+
+def describe_anomalies(split: str, anomalies, drift: bool = False) -> List[str]:
+    """One line per anomalous feature: `split: feature 'x': description`; `drift` picks the
+    drift-comparator reasons, otherwise the schema reasons."""
     lines = []
     for feature_name, info in sorted(anomalies.anomaly_info.items()):
-        reasons = "; ".join(r.description or r.short_description for r in info.reason) or info.description
-        lines.append(f"{split}: feature '{feature_name}': {reasons}")
-    if anomalies.HasField("dataset_anomaly_info"):
+        reasons = [r for r in info.reason if _is_drift(r) == drift]
+        if reasons:
+            text = "; ".join(r.description or r.short_description for r in reasons)
+            lines.append(f"{split}: feature '{feature_name}': {text}")
+    if not drift and anomalies.HasField("dataset_anomaly_info"):
         reasons = "; ".join(r.description for r in anomalies.dataset_anomaly_info.reason)
         lines.append(f"{split}: dataset: {reasons}")
     return lines
 
 
-def validate_examples(examples_dir: str, label: str, schema_path: Optional[str] = None) -> ValidationResult:
+def set_drift_comparators(schema, settings: DriftSettings) -> None:
+    """L-infinity for string features, Jensen-Shannon divergence for numeric ones."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    for feature in schema.feature:
+        threshold = settings.features.get(feature.name)
+        if feature.type == schema_pb2.BYTES:
+            feature.drift_comparator.infinity_norm.threshold = threshold or settings.categorical_threshold
+        elif feature.type in (schema_pb2.FLOAT, schema_pb2.INT):
+            feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
+
+
+def validate_examples(examples_dir: str, label: str, schema_path: Optional[str] = None,
+                      baseline_stats=None, baseline_name: str = "", drift: Optional[DriftSettings] = None
+                      ) -> ValidationResult:
     """Statistics for each split, the schema (inferred from train, or read from
-    `schema_path`), and the anomalies of each split against it."""
+    `schema_path`), the anomalies of each split against it, and, given baseline train
+    statistics, the drift of this train split from them."""
     import tensorflow_data_validation as tfdv
+    from tensorflow_metadata.proto.v0 import statistics_pb2
 
     statistics = {split: split_statistics(examples_dir, split) for split in names.SPLITS}
     schema = tfdv.load_schema_text(schema_path) if schema_path else infer_schema(statistics[names.TRAIN_SPLIT], label)
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
-    return ValidationResult(statistics=statistics, schema=schema, anomalies=anomalies, problems=problems)
+    drift_lines = []
+    if baseline_stats is not None:
+        drift_schema = type(schema)()
+        drift_schema.CopyFrom(schema)
+        set_drift_comparators(drift_schema, drift or DriftSettings())
+        previous = statistics_pb2.DatasetFeatureStatisticsList(datasets=[baseline_stats])
+        drift_anomalies = tfdv.validate_statistics(statistics[names.TRAIN_SPLIT], drift_schema,
+                                                   previous_statistics=previous)
+        drift_lines = [line.replace("train:", f"train vs {baseline_name}:", 1)
+                       for line in describe_anomalies(names.TRAIN_SPLIT, drift_anomalies, drift=True)]
+        anomalies["drift"] = drift_anomalies
+    return ValidationResult(statistics=statistics, schema=schema, anomalies=anomalies, problems=problems,
+                            drift=drift_lines, baseline=baseline_name)
+
+
+VALIDATION_FILE = "validation.json"
 
 
 def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                  report_html: str) -> None:
+                  report_html: str, summary_md: str = "") -> None:
     """Writes statistics (binary proto, both splits), schema.pbtxt, anomalies per split plus a
     Markdown summary, and TFDV's HTML report comparing train and eval."""
     import tensorflow_data_validation as tfdv
@@ -113,12 +166,22 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
     with open(os.path.join(statistics_dir, names.STATS_FILE), "wb") as f:
         f.write(merged.SerializeToString())
     tfdv.write_schema_text(result.schema, os.path.join(schema_dir, names.SCHEMA_FILE))
-    for split in names.SPLITS:
-        tfdv.write_anomalies_text(result.anomalies[split], os.path.join(anomalies_dir, f"{split}-{names.ANOMALIES_FILE}"))
-    summary = ["# Data validation", ""]
+    for split, anomalies in result.anomalies.items():
+        tfdv.write_anomalies_text(anomalies, os.path.join(anomalies_dir, f"{split}-{names.ANOMALIES_FILE}"))
+    summary = ["# Data validation", "", "## Schema anomalies", ""]
     summary += [f"- {line}" for line in result.problems] or ["No anomalies."]
-    with open(os.path.join(anomalies_dir, names.ANOMALIES_SUMMARY), "w", encoding="utf-8") as f:
-        f.write("\n".join(summary) + "\n")
+    summary += ["", "## Drift", ""]
+    if result.baseline:
+        summary += [f"Baseline: {result.baseline}.", ""]
+        summary += [f"- {line}" for line in result.drift] or ["No drift past its threshold."]
+    else:
+        summary += ["No baseline statistics yet (nothing served); drift not checked."]
+    for path in filter(None, (os.path.join(anomalies_dir, names.ANOMALIES_SUMMARY), summary_md)):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(summary) + "\n")
+    with open(os.path.join(anomalies_dir, VALIDATION_FILE), "w", encoding="utf-8") as f:
+        json.dump({"anomalies": result.problems, "drift": result.drift, "baseline": result.baseline}, f, indent=2)
     html = get_statistics_html(
         lhs_statistics=result.statistics[names.TRAIN_SPLIT], rhs_statistics=result.statistics[names.EVAL_SPLIT],
         lhs_name=names.TRAIN_SPLIT, rhs_name=names.EVAL_SPLIT)
@@ -140,24 +203,60 @@ def load_statistics(statistics_dir: str, split: str):
     raise GpupipeError(f"statistics: no '{split}' dataset in {statistics_dir}; rerun validate")
 
 
+def load_baseline(serving_base: str, model_name: str, baseline_statistics: str = ""):
+    """(train statistics, description) of the drift baseline: `baseline_statistics` when
+    given, else the statistics stored with the version now served; (None, "") when neither."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    if baseline_statistics:
+        path, name = baseline_statistics, f"statistics file {baseline_statistics}"
+    else:
+        from components.push.serving import STATS_FILE, gpupipe_file, served_version
+
+        found = served_version(serving_base, model_name) if serving_base and model_name else None
+        if found is None:
+            return None, ""
+        path, name = gpupipe_file(found[1], STATS_FILE), f"served version {found[0]}"
+        if not os.path.isfile(path):
+            return None, ""
+    if not os.path.isfile(path):
+        raise GpupipeError(f"validation.drift.baseline_statistics: {path} not found; fix the path or remove the key")
+    merged = statistics_pb2.DatasetFeatureStatisticsList()
+    with open(path, "rb") as f:
+        merged.ParseFromString(f.read())
+    train = [d for d in merged.datasets if d.name == names.TRAIN_SPLIT] or list(merged.datasets[:1])
+    if not train:
+        raise GpupipeError(f"drift baseline: {path} holds no statistics; remove it or point at validate's stats.pb")
+    return train[0], name
+
+
 def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                   report_html: str, fail_on_anomalies: bool = True, schema_path: Optional[str] = None) -> ValidationResult:
-    """The validate step: writes every output, then fails on anomalies when told to."""
-    result = validate_examples(examples_dir, label, schema_path)
-    write_outputs(result, statistics_dir, schema_dir, anomalies_dir, report_html)
-    if result.problems and fail_on_anomalies:
+                   report_html: str, fail_on_anomalies: bool = True, schema_path: Optional[str] = None,
+                   baseline_stats=None, baseline_name: str = "", drift: Optional[DriftSettings] = None,
+                   summary_md: str = "") -> ValidationResult:
+    """The validate step: writes every output, then fails on anomalies (and on drift, when
+    it is blocking) when told to."""
+    result = validate_examples(examples_dir, label, schema_path, baseline_stats, baseline_name, drift)
+    write_outputs(result, statistics_dir, schema_dir, anomalies_dir, report_html, summary_md)
+    blocking = (result.problems if fail_on_anomalies else []) + (result.drift if (drift or DriftSettings()).blocking else [])
+    if blocking:
         raise GpupipeError(
-            f"data validation found {len(result.problems)} anomal{'y' if len(result.problems) == 1 else 'ies'}: "
-            + " | ".join(result.problems)
-            + " (fix the data, or review the schema; set validation.fail_on_anomalies: false to only warn)")
+            f"data validation found {len(blocking)} anomal{'y' if len(blocking) == 1 else 'ies'}: "
+            + " | ".join(blocking)
+            + " (fix the data, or review the schema and validation settings in the config)")
     return result
 
 
 @reports_errors("validate")
 def run_validate(examples_dir: str, label: str, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                 report_html: str, fail_on_anomalies: bool) -> dict:
+                 summary_md: str, report_html: str, fail_on_anomalies: bool, drift_json: str = "{}",
+                 serving_base: str = "", model_name: str = "") -> dict:
     """The validate step as the component calls it; returns counts for the artifact metadata."""
+    settings = json.loads(drift_json or "{}")
+    baseline_file = settings.pop("baseline_statistics", None) or ""
+    drift = DriftSettings(**settings)
+    baseline_stats, baseline_name = load_baseline(serving_base, model_name, baseline_file)
     result = run_validation(examples_dir, label, statistics_dir, schema_dir, anomalies_dir, report_html,
-                            fail_on_anomalies)
-    return {"anomalies": len(result.problems),
+                            fail_on_anomalies, None, baseline_stats, baseline_name, drift, summary_md)
+    return {"anomalies": len(result.problems), "drift": len(result.drift), "baseline": result.baseline,
             "examples": {s: int(result.statistics[s].datasets[0].num_examples) for s in names.SPLITS}}

@@ -58,3 +58,55 @@ def test_anomalies_only_warn_when_configured(tmp_path):
     result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), fail_on_anomalies=False)
     assert any("color" in p for p in result.problems)
+
+
+def _shifted_penguins(tmp_path, penguins_csv, column, factor):
+    """The penguins data with one numeric column scaled by `factor`, ingested."""
+    import csv
+
+    tmp_path = tmp_path / f"{column}-{factor}"
+    tmp_path.mkdir()
+    rows = list(csv.DictReader(open(penguins_csv)))
+    for row in rows:
+        if row[column] != "NA":
+            row[column] = str(float(row[column]) * factor)
+    path = tmp_path / "shifted.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = str(tmp_path / "examples")
+    ingest_csv(str(path), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+               ["island", "sex"], eval_percent=20)
+    return out
+
+
+def test_numeric_drift_past_threshold_against_baseline_fails(tmp_path, penguins_csv, penguin_validation):
+    from components.validate.logic import DriftSettings
+
+    baseline = load_statistics(penguin_validation["statistics"], "train")
+    examples = _shifted_penguins(tmp_path, penguins_csv, "body_mass_g", 1.6)
+    with pytest.raises(GpupipeError) as err:
+        run_validation(examples, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                       str(tmp_path / "r.html"), baseline_stats=baseline, baseline_name="served version 1",
+                       drift=DriftSettings(numeric_threshold=0.3))
+    message = str(err.value)
+    assert "train vs served version 1: feature 'body_mass_g'" in message and "Jensen-Shannon" in message
+    assert "bill_length_mm" not in message  # unshifted columns do not drift
+    summary = (tmp_path / "a" / "anomalies.md").read_text()
+    assert "Baseline: served version 1." in summary and "body_mass_g" in summary
+
+
+def test_same_data_does_not_drift_and_warn_only_drift_passes(tmp_path, penguins_csv, penguin_validation):
+    from components.validate.logic import DriftSettings
+
+    baseline = load_statistics(penguin_validation["statistics"], "train")
+    same = _shifted_penguins(tmp_path, penguins_csv, "body_mass_g", 1.0)
+    result = run_validation(same, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                            str(tmp_path / "r.html"), baseline_stats=baseline, baseline_name="served version 1")
+    assert result.ok and result.baseline == "served version 1"
+    shifted = _shifted_penguins(tmp_path, penguins_csv, "flipper_length_mm", 1.5)
+    result = run_validation(shifted, "species", str(tmp_path / "s2"), str(tmp_path / "c2"), str(tmp_path / "a2"),
+                            str(tmp_path / "r2.html"), baseline_stats=baseline, baseline_name="served version 1",
+                            drift=DriftSettings(blocking=False))
+    assert [line.split(":")[1].strip() for line in result.drift] == ["feature 'flipper_length_mm'"]

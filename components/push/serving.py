@@ -1,0 +1,79 @@
+"""What a serving base holds beyond the model files: the version now served (label
+`stable` in models.config, else the newest), retention, rollback, and the files stored
+with each version for the next run (statistics and schema: the drift baseline; metrics;
+TF Serving warmup requests)."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Tuple
+
+from components.errors import GpupipeError
+from components.push import models_config
+from components.serving_store import ServingStore
+
+# Inside each version directory (TF Serving reads only tf_serving_warmup_requests here).
+EXTRA_DIR = "assets.extra"
+WARMUP_FILE = "tf_serving_warmup_requests"
+GPUPIPE_DIR = "gpupipe"
+STATS_FILE = "statistics.pb"  # DatasetFeatureStatisticsList: train and eval
+SCHEMA_FILE = "schema.pbtxt"
+METRICS_FILE = "metrics.json"
+
+
+def served_version(base: str, model_name: str) -> Optional[Tuple[int, str]]:
+    """(version, local directory) of the model now served: the `stable` label in
+    models.config when it names a whole version, else the newest version; None when empty."""
+    store = ServingStore(base, model_name)
+    versions = store.versions()
+    if not versions:
+        return None
+    stable = models_config.labels(store.read_models_config(), model_name).get(models_config.STABLE)
+    version = stable if stable in versions else versions[-1]
+    return version, store.download_version(version)
+
+
+def gpupipe_file(version_dir: str, name: str) -> str:
+    return os.path.join(version_dir, EXTRA_DIR, GPUPIPE_DIR, name)
+
+
+def set_labels(store: ServingStore, labels: dict) -> str:
+    base_path = store.model_root if store.model_root.startswith("gs://") else os.path.abspath(store.model_root)
+    text = models_config.set_labels(store.read_models_config(), store.model_name, base_path, labels)
+    store.write_models_config(text)
+    return text
+
+
+def current_labels(store: ServingStore) -> dict:
+    return models_config.labels(store.read_models_config(), store.model_name)
+
+
+def apply_retention(store: ServingStore, keep: int) -> List[int]:
+    """Deletes all but the newest `keep` versions, never one that a label points at.
+    Returns the deleted versions."""
+    versions = store.versions()
+    protected = set(current_labels(store).values())
+    doomed = [v for v in versions[:-keep] if v not in protected] if keep < len(versions) else []
+    for v in doomed:
+        store.remove_version(v)
+    return doomed
+
+
+def rollback(base: str, model_name: str, to: Optional[int] = None) -> Tuple[Optional[int], int]:
+    """Points `stable` at version `to` (default: the newest version older than the current
+    stable one). Returns (previous stable, new stable)."""
+    store = ServingStore(base, model_name)
+    versions = store.versions()
+    if not versions:
+        raise GpupipeError(f"serving.base: no versions of {model_name} under {base}; nothing to roll back to")
+    labels = current_labels(store)
+    current = labels.get(models_config.STABLE, versions[-1])
+    if to is None:
+        older = [v for v in versions if v < current]
+        if not older:
+            raise GpupipeError(f"rollback: version {current} is the oldest of {model_name}; pass --to VERSION")
+        to = older[-1]
+    if to not in versions:
+        raise GpupipeError(f"rollback --to {to}: no such version of {model_name} (versions: "
+                           f"{', '.join(map(str, versions))})")
+    set_labels(store, {models_config.STABLE: to})
+    return current, to
