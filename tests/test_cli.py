@@ -59,3 +59,37 @@ def test_compile_check_names_the_stale_file(tmp_path):
     out = gpupipe("compile", "--check", edited, "--output-dir", str(out_dir))
     assert out.returncode == 1
     assert f"stale compiled pipeline(s): {out_dir / 'penguins.yaml'}" in out.stderr
+
+
+def test_manifest_is_a_kserve_tensorflow_inference_service():
+    out = gpupipe("manifest", "configs/penguins.yaml", "--serving-base", "gs://models-bucket/serving")
+    assert out.returncode == 0, out.stderr
+    manifest = yaml.safe_load(out.stdout)
+    assert manifest["apiVersion"] == "serving.kserve.io/v1beta1" and manifest["kind"] == "InferenceService"
+    assert manifest["metadata"]["name"] == "penguins"
+    assert manifest["spec"]["predictor"]["tensorflow"]["storageUri"] == "gs://models-bucket/serving/penguins"
+
+
+def test_manifest_refuses_a_local_serving_base():
+    out = gpupipe("manifest", "configs/penguins.yaml")
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("error: serving.base: 'serving' is a local path")
+
+
+def test_rollback_command_moves_stable(tmp_path):
+    from components.serving_store import ServingStore
+    from components.push import serving
+
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    store = ServingStore(str(tmp_path / "serving"), "penguins")
+    for _ in range(3):
+        store.add_version(str(model))
+    serving.set_labels(store, {"stable": 3})
+    out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"))
+    assert out.returncode == 0, out.stderr
+    assert "penguins: stable moved from version 3 to version 2" in out.stdout
+    assert serving.current_labels(store) == {"stable": 2}
+    out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"), "--to", "9")
+    assert out.returncode == 2 and "rollback --to 9: no such version of penguins (versions: 1, 2, 3)" in out.stderr
