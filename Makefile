@@ -4,9 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 CONFIG ?= configs/penguins.yaml
+# The image tag is the package version, read from its one place (pipelines/version.py).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' pipelines/version.py)
+REGISTRY ?= ghcr.io/gpupipe
 export TF_USE_LEGACY_KERAS := 1
 
-.PHONY: help setup run test compile compile-check lock clean
+.PHONY: help setup run test compile compile-check images lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -32,9 +35,14 @@ compile: setup  ## compile every config to pipelines/compiled/
 compile-check: setup  ## fail when pipelines/compiled/ is stale
 	$(BIN)/gpupipe compile --check
 
-lock:  ## re-resolve requirements.in into requirements.lock (needs uv)
-	uv pip compile requirements.in --generate-hashes --python-version 3.11 \
-	  --python-platform x86_64-manylinux_2_28 --index-url https://pypi.org/simple -o requirements.lock
+images:  ## build the CPU and GPU images, tagged with the package version (needs a Docker engine)
+	docker build -f images/cpu/Dockerfile -t $(REGISTRY)/gpupipe-cpu:$(VERSION) .
+	docker build -f images/gpu/Dockerfile -t $(REGISTRY)/gpupipe-gpu:$(VERSION) .
+
+lock:  ## re-resolve requirements*.in into the hash-locked requirements*.lock (needs uv)
+	for name in requirements requirements-gpu; do \
+	  uv pip compile $$name.in --generate-hashes --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 --index-url https://pypi.org/simple -o $$name.lock; done
 
 clean:  ## remove local run outputs (runs/, serving/)
 	rm -rf runs serving

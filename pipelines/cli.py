@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run, rollback, manifest.
+"""The gpupipe command line: compile, run, rollback, manifest, upload, submit, schedule, runs.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -111,6 +111,65 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args):
+    from pipelines.remote import connect
+
+    return connect(args.host, args.namespace)
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from pipelines.remote import git_sha, upload_version, version_name
+
+    client = _client(args)
+    for path in _config_paths(args.configs):
+        config = load_config(path)
+        uploaded = upload_version(client, config, compile_to_text(config), version_name(git_sha()))
+        verb = "uploaded" if uploaded.created else "already there:"
+        print(f"{verb} {config.name} version {uploaded.version_name} (pipeline {uploaded.pipeline_id}, "
+              f"version {uploaded.version_id})")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pipelines.remote import git_sha, submit
+
+    config = load_config(args.config)
+    uploaded, run = submit(_client(args), config, compile_to_text(config), git_sha(), args.experiment)
+    print(f"started run {run.run_id} of {config.name} version {uploaded.version_name} in experiment {args.experiment}")
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from pipelines.remote import kfp_cron, schedule
+
+    config = load_config(args.config)
+    kfp_cron(args.cron)  # a bad expression fails before anything is uploaded
+    from pipelines.remote import git_sha
+
+    uploaded, job, deleted = schedule(_client(args), config, compile_to_text(config), git_sha(), args.experiment,
+                                      args.cron, args.max_concurrency, catchup=not args.no_catchup)
+    replaced = f", replacing {', '.join(deleted)}" if deleted else ""
+    print(f"scheduled {job.display_name} ({job.recurring_run_id}) '{args.cron}' running {config.name} version "
+          f"{uploaded.version_name}{replaced}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from pipelines.remote import recent_runs
+
+    runs = recent_runs(_client(args), args.limit, args.experiment)
+    if not runs:
+        print("no runs")
+    for run in runs:
+        print(f"{run['created']:<26} {run['state'] or '-':<10} {run['id']}  {run['name']}")
+    return 0
+
+
+def _kfp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", required=True, help="KFP API URL, e.g. https://kubeflow.example.com/pipeline")
+    p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpupipe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +194,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=int, help="version to serve (default: the one before the current stable)")
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("upload", help="upload compiled pipelines to KFP as a new version (named by version and git SHA)")
+    p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")
+    _kfp_args(p)
+    p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("submit", help="upload a new pipeline version to KFP and start a run")
+    p.add_argument("config")
+    _kfp_args(p)
+    p.add_argument("--experiment", default="gpupipe")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one)")
+    p.add_argument("config")
+    _kfp_args(p)
+    p.add_argument("--cron", required=True, help="five-field cron, e.g. '0 3 * * *'")
+    p.add_argument("--max-concurrency", type=int, default=1)
+    p.add_argument("--no-catchup", action="store_true", help="skip runs missed while paused")
+    p.add_argument("--experiment", default="gpupipe")
+    p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("runs", help="list recent KFP runs")
+    _kfp_args(p)
+    p.add_argument("--experiment")
+    p.add_argument("--limit", type=int, default=10)
+    p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model")
     p.add_argument("config")

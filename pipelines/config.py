@@ -180,8 +180,22 @@ class ServingConfig(_Strict):
 
 class ImagesConfig(_Strict):
     registry: str = DEFAULT_REGISTRY
-    cpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-cpu:<version>")
+    cpu: Optional[str] = Field(
+        None, description="full image reference, a tag or a digest (repo@sha256:...); "
+                          "defaults to <registry>/gpupipe-cpu:<version>")
     gpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-gpu:<version>")
+
+    @field_validator("cpu", "gpu")
+    @classmethod
+    def _pinned(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        if "@sha256:" in v:
+            return v
+        tag = v.rsplit("/", 1)[-1].partition(":")[2]
+        if not tag or tag == "latest":
+            raise ValueError(f"'{v}' is not pinned: give a version tag or a digest (repo@sha256:...), never :latest")
+        return v
 
     @property
     def cpu_image(self) -> str:
@@ -190,6 +204,24 @@ class ImagesConfig(_Strict):
     @property
     def gpu_image(self) -> str:
         return self.gpu or f"{self.registry}/gpupipe-gpu:{__version__}"
+
+
+class ClusterConfig(_Strict):
+    """Kubernetes secrets the tasks use on the cluster, by reference only (kfp-kubernetes):
+    the secret values never appear in the config or the compiled pipeline."""
+
+    gcs_credentials_secret: Optional[str] = Field(
+        None, description="Secret holding a GCP service-account key, mounted into every task")
+    gcs_credentials_key: str = Field("key.json", description="the key file's name inside that Secret")
+    image_pull_secrets: List[str] = Field(default_factory=list, description="Secrets for pulling the images")
+
+    @field_validator("gcs_credentials_secret", "image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, v):
+        for name in ([v] if isinstance(v, str) else v or []):
+            if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", name):
+                raise ValueError(f"'{name}' is not a Kubernetes Secret name (the name, never the secret itself)")
+        return v
 
 
 class PipelineConfig(_Strict):
@@ -202,6 +234,7 @@ class PipelineConfig(_Strict):
     evaluation: EvaluationConfig = EvaluationConfig()
     serving: ServingConfig
     images: ImagesConfig = ImagesConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _slices_are_categorical(self) -> "PipelineConfig":

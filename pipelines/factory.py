@@ -22,6 +22,8 @@ P_DATA_SOURCE = "data_source"
 P_EPOCHS = "epochs"
 P_THRESHOLD = "eval_threshold"
 P_SERVING_BASE = "serving_base"
+P_LEARNING_RATE = "learning_rate"
+GCS_KEY_MOUNT = "/var/secrets/gcs"
 
 
 def run_parameters(config: PipelineConfig) -> dict:
@@ -31,6 +33,7 @@ def run_parameters(config: PipelineConfig) -> dict:
         P_EPOCHS: config.training.epochs,
         P_THRESHOLD: config.evaluation.threshold,
         P_SERVING_BASE: config.serving.base,
+        P_LEARNING_RATE: config.training.learning_rate,
     }
 
 
@@ -46,6 +49,17 @@ def _request_accelerators(task: dsl.PipelineTask, config: PipelineConfig) -> Non
         kubernetes.add_node_selector(task, label_key=key, label_value=value)
     for tol in t.tolerations:
         kubernetes.add_toleration(task, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
+
+
+def _use_cluster_secrets(task: dsl.PipelineTask, config: PipelineConfig) -> None:
+    """Secrets by reference (kfp-kubernetes): a mounted service-account key for GCS and
+    image pull secrets. The compiled YAML holds names, never values."""
+    cluster = config.cluster
+    if cluster.gcs_credentials_secret:
+        kubernetes.use_secret_as_volume(task, secret_name=cluster.gcs_credentials_secret, mount_path=GCS_KEY_MOUNT)
+        task.set_env_variable("GOOGLE_APPLICATION_CREDENTIALS", f"{GCS_KEY_MOUNT}/{cluster.gcs_credentials_key}")
+    if cluster.image_pull_secrets:
+        kubernetes.set_image_pull_secrets(task, list(cluster.image_pull_secrets))
 
 
 def _thresholds_json(config: PipelineConfig) -> str:
@@ -73,6 +87,7 @@ def create_pipeline(config: PipelineConfig):
         epochs: int = config.training.epochs,
         eval_threshold: float = config.evaluation.threshold,
         serving_base: str = config.serving.base,
+        learning_rate: float = config.training.learning_rate,
     ):
         ingest_task = ingest_op(
             source=data_source, label=data.label, numeric_features=list(data.numeric_features),
@@ -92,7 +107,7 @@ def create_pipeline(config: PipelineConfig):
             label=data.label, numeric_features=list(data.numeric_features),
             categorical_features=list(data.categorical_features), hidden_units=list(training.hidden_units),
             embedding_dim=training.embedding_dim, epochs=epochs, batch_size=training.batch_size,
-            learning_rate=training.learning_rate, strategy=training.strategy, seed=training.seed)
+            learning_rate=learning_rate, strategy=training.strategy, seed=training.seed)
         train_task.set_display_name("Train model").set_caching_options(False)
         _request_accelerators(train_task, config)
 
@@ -111,6 +126,9 @@ def create_pipeline(config: PipelineConfig):
             keep_versions=srv.keep_versions, endpoint=srv.endpoint or "", smoke_rows=srv.smoke_rows,
             smoke_timeout=srv.smoke_timeout_seconds, fail_if_not_blessed=evaluation.fail_if_not_blessed)
         push_task.set_display_name("Push to serving").set_caching_options(False)
+
+        for task in (ingest_task, validate_task, train_task, evaluate_task, push_task):
+            _use_cluster_secrets(task, config)
 
     # Task names are the component names; the summary and tests rely on them.
     assert {names.INGEST, names.VALIDATE, names.TRAIN, names.EVALUATE, names.PUSH} == set(names.STEPS)

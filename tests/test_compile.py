@@ -34,7 +34,8 @@ def test_compiled_yaml_loads_back_with_the_kfp_sdk(tmp_path, penguins_docs):
     path.write_text(penguins_docs[0])
     loaded = components.load_component_from_file(str(path))
     assert loaded.name == "penguins"
-    assert set(loaded.component_spec.inputs) == {"data_source", "epochs", "eval_threshold", "serving_base"}
+    assert set(loaded.component_spec.inputs) == {"data_source", "epochs", "eval_threshold", "serving_base",
+                                                 "learning_rate"}
     assert loaded.component_spec.inputs["epochs"].default == 40
 
 

@@ -1,0 +1,155 @@
+"""Talking to a Kubeflow Pipelines v2 backend: upload a pipeline version, start a run,
+replace a recurring run, list runs. Credentials come from the environment (KFP_TOKEN)
+or the kube config that kfp.Client reads, never from the pipeline config."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import List, Optional
+
+from components.errors import GpupipeError
+from pipelines.config import PipelineConfig
+from pipelines.version import __version__
+
+TOKEN_ENV = "KFP_TOKEN"
+_CRON_FIELD = re.compile(r"^[\d*/,\-?LW#A-Za-z]+$")
+
+
+def git_sha(cwd: str = ".") -> str:
+    """The commit being submitted: $GITHUB_SHA in CI, else `git rev-parse HEAD`, with
+    `-dirty` when the work tree has uncommitted changes; "nogit" outside a checkout."""
+    if os.environ.get("GITHUB_SHA"):
+        return os.environ["GITHUB_SHA"][:12]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return f"{sha}-dirty" if dirty else sha
+    except (OSError, subprocess.CalledProcessError):
+        return "nogit"
+
+
+def version_name(sha: str) -> str:
+    return f"v{__version__}-{sha}"
+
+
+def kfp_cron(expression: str) -> str:
+    """KFP's cron has six fields (seconds first); a five-field Unix cron gets "0" seconds."""
+    fields = expression.split()
+    if len(fields) == 5:
+        fields = ["0", *fields]
+    if len(fields) != 6 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise GpupipeError(f"--cron '{expression}': not a cron expression; use five fields like '0 3 * * *' "
+                           "(03:00 daily) or six with seconds first")
+    return " ".join(fields)
+
+
+def check_reachable(host: str, timeout: float = 10.0) -> None:
+    """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s)."""
+    url = host.rstrip("/") + "/apis/v2beta1/healthz"
+    request = urllib.request.Request(url)
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise GpupipeError(f"--host {host}: the KFP API refused the credentials (HTTP {err.code}); "
+                               f"set {TOKEN_ENV} or refresh your kube config") from None
+        raise GpupipeError(f"--host {host}: the KFP API answered HTTP {err.code} at {url}; "
+                           "check the URL (it should end at the ml-pipeline service or the Kubeflow gateway)") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise GpupipeError(f"--host {host}: cannot reach the KFP API ({reason}); check the URL and your network") from None
+
+
+def connect(host: str, namespace: Optional[str] = None):
+    import kfp
+
+    check_reachable(host)
+    return kfp.Client(host=host, namespace=namespace, existing_token=os.environ.get(TOKEN_ENV))
+
+
+@dataclass
+class UploadedVersion:
+    pipeline_id: str
+    version_id: str
+    version_name: str
+    created: bool
+
+
+def _by_name(name: str) -> str:
+    return json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": name}]})
+
+
+def upload_version(client, config: PipelineConfig, package_text: str, name: str) -> UploadedVersion:
+    """Uploads the compiled pipeline as version `name` of the pipeline `config.name`
+    (creating the pipeline on first upload); an existing version of that name is reused."""
+    with tempfile.TemporaryDirectory() as tmp:
+        package = os.path.join(tmp, f"{config.name}.yaml")
+        with open(package, "w", encoding="utf-8") as f:
+            f.write(package_text)
+        pipeline_id = client.get_pipeline_id(config.name)
+        if pipeline_id is None:
+            pipeline = client.upload_pipeline(package, pipeline_name=config.name,
+                                              description=config.description or None)
+            pipeline_id = pipeline.pipeline_id
+        existing = client.list_pipeline_versions(pipeline_id, filter=_by_name(name)).pipeline_versions or []
+        if existing:
+            return UploadedVersion(pipeline_id, existing[0].pipeline_version_id, name, created=False)
+        version = client.upload_pipeline_version(package, pipeline_version_name=name, pipeline_id=pipeline_id)
+        return UploadedVersion(pipeline_id, version.pipeline_version_id, name, created=True)
+
+
+def submit(client, config: PipelineConfig, package_text: str, sha: str, experiment: str,
+           params: Optional[dict] = None):
+    """Uploads a version and starts one run of it; returns (UploadedVersion, run)."""
+    uploaded = upload_version(client, config, package_text, version_name(sha))
+    exp = client.create_experiment(experiment)
+    run = client.run_pipeline(experiment_id=exp.experiment_id, job_name=f"{config.name} {uploaded.version_name}",
+                              params=params or {}, pipeline_id=uploaded.pipeline_id, version_id=uploaded.version_id)
+    return uploaded, run
+
+
+def schedule_name(config: PipelineConfig) -> str:
+    return f"{config.name}-schedule"
+
+
+def schedule(client, config: PipelineConfig, package_text: str, sha: str, experiment: str, cron: str,
+             max_concurrency: int = 1, catchup: bool = True):
+    """Creates the recurring run, replacing any earlier one of the same name (KFP cannot
+    update a recurring run in place). Returns (UploadedVersion, new recurring run, ids deleted)."""
+    cron6 = kfp_cron(cron)
+    uploaded = upload_version(client, config, package_text, version_name(sha))
+    exp = client.create_experiment(experiment)
+    name = schedule_name(config)
+    existing = client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100,
+                                          filter=_by_name(name)).recurring_runs or []
+    deleted: List[str] = []
+    for old in existing:
+        if old.display_name == name:
+            client.delete_recurring_run(old.recurring_run_id)
+            deleted.append(old.recurring_run_id)
+    job = client.create_recurring_run(
+        experiment_id=exp.experiment_id, job_name=name, description=f"gpupipe {uploaded.version_name}",
+        cron_expression=cron6, max_concurrency=max_concurrency, no_catchup=not catchup,
+        pipeline_id=uploaded.pipeline_id, version_id=uploaded.version_id, enabled=True)
+    return uploaded, job, deleted
+
+
+def recent_runs(client, limit: int = 10, experiment: Optional[str] = None) -> List[dict]:
+    experiment_id = None
+    if experiment:
+        experiment_id = client.get_experiment(experiment_name=experiment).experiment_id
+    response = client.list_runs(page_size=limit, sort_by="created_at desc", experiment_id=experiment_id)
+    return [{"id": r.run_id, "name": r.display_name, "state": r.state, "created": str(r.created_at or "")}
+            for r in response.runs or []]
