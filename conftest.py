@@ -44,12 +44,19 @@ def penguin_validation(tmp_path_factory, penguin_examples) -> dict:
 @pytest.fixture(scope="session")
 def penguin_model(tmp_path_factory, penguin_examples, penguin_validation) -> str:
     """A small model trained for a few epochs: enough for shape and signature checks."""
-    from components.train.logic import train_model
+    from components.train.logic import TrainSettings, train_model
 
     model_dir = str(tmp_path_factory.mktemp("model") / "model")
-    train_model(penguin_examples, penguin_validation["statistics"], model_dir, LABEL, NUMERIC, CATEGORICAL,
-                hidden_units=[16], embedding_dim=2, epochs=3, batch_size=32, learning_rate=0.01)
+    train_model(penguin_examples, penguin_validation["statistics"], model_dir, penguin_settings(epochs=3))
     return model_dir
+
+
+def penguin_settings(**overrides):
+    from components.train.logic import TrainSettings
+
+    base = dict(label=LABEL, numeric_features=NUMERIC, categorical_features=CATEGORICAL, hidden_units=[16],
+                embedding_dim=2, epochs=3, batch_size=32, learning_rate=0.01)
+    return TrainSettings(**{**base, **overrides})
 
 
 def write_csv(path: Path, text: str) -> str:

@@ -84,21 +84,45 @@ class Toleration(_Strict):
 
 
 class TrainingConfig(_Strict):
-    task: Literal["multiclass"] = "multiclass"
-    model: Literal["dnn"] = "dnn"
+    task: Literal["multiclass", "binary", "regression"] = "multiclass"
+    model: Literal["dnn", "wide_deep", "cross"] = Field(
+        "dnn", description="dnn; wide_deep (a linear part on the categorical features beside the DNN); "
+                           "cross (a DCN-v2 cross network beside the DNN)")
+    custom_model: Optional[str] = Field(
+        None, description="module:function building your own tf_keras model from the feature specs "
+                          "(see components/train/model.py: build_model); overrides `model`")
     hidden_units: List[int] = Field(default_factory=lambda: [64, 32])
     embedding_dim: int = Field(8, ge=1)
+    max_vocabulary: int = Field(
+        1000, ge=1, le=1000, description="categorical features with at most this many distinct values get a vocabulary "
+                                "(top values from the statistics); larger ones are hashed")
+    hash_buckets: int = Field(1000, ge=2, description="hash buckets for high-cardinality categorical features")
+    cross_layers: int = Field(2, ge=1, description="cross layers of the `cross` model")
     epochs: int = Field(10, ge=1)
-    batch_size: int = Field(64, ge=1, description="per-replica batch size")
+    batch_size: int = Field(64, ge=1, description="per-replica batch size; global = this x replicas")
     learning_rate: float = Field(1e-3, gt=0)
+    scale_learning_rate: bool = Field(False, description="multiply the learning rate by the number of replicas")
+    shuffle_buffer: int = Field(10_000, ge=1)
+    cache_budget_mb: int = Field(
+        1024, ge=0, description="cache parsed batches in memory when the train split fits this budget (0: never)")
     strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
+    mixed_precision: Literal["auto", "off", "float16", "bfloat16"] = Field(
+        "auto", description="auto: float16 on compute capability 7.x, bfloat16 on 8.x and later; off on CPU")
+    xla: bool = Field(False, description="compile the train step with XLA (jit_compile)")
+    checkpoint_steps: int = Field(
+        200, ge=1, description="BackupAndRestore every N steps; a retried or preempted run resumes from there")
+    retries: int = Field(2, ge=0, description="KFP retries of the train task (preemption exits 143)")
+    retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
     accelerator: Optional[str] = Field(
         None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
-    gpus: int = Field(0, ge=0, description="GPUs the train task requests (a limit)")
+    gpus: int = Field(0, ge=0, description="GPUs per worker (a limit)")
+    workers: int = Field(1, ge=1, description="> 1: the train task launches a Kubeflow TFJob with this many workers")
+    gpu_hour_price: float = Field(0.0, ge=0, description="price of one GPU-hour, for the cost in the training report")
     cpu: Optional[str] = Field(None, description="CPU limit of the train task, e.g. '4'")
     memory: Optional[str] = Field(None, description="memory limit of the train task, e.g. '16G'")
     node_selector: Dict[str, str] = Field(default_factory=dict)
     tolerations: List[Toleration] = Field(default_factory=list)
+    tfjob_namespace: Optional[str] = Field(None, description="namespace of the TFJob (default: the task's own)")
     seed: int = 42
 
     @field_validator("hidden_units")
@@ -106,6 +130,13 @@ class TrainingConfig(_Strict):
     def _positive_units(cls, v: List[int]) -> List[int]:
         if not v or any(u < 1 for u in v):
             raise ValueError("give one or more positive layer widths, e.g. [64, 32]")
+        return v
+
+    @field_validator("custom_model")
+    @classmethod
+    def _module_function(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", v):
+            raise ValueError(f"'{v}' is not module:function, e.g. my_models.wide:build")
         return v
 
     @model_validator(mode="after")

@@ -51,6 +51,38 @@ def _request_accelerators(task: dsl.PipelineTask, config: PipelineConfig) -> Non
         kubernetes.add_toleration(task, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
 
 
+def train_settings_json(config: PipelineConfig) -> str:
+    """The trainer's settings (components.train.logic.TrainSettings) from the config, as JSON."""
+    t, d = config.training, config.data
+    settings = {
+        "label": d.label, "numeric_features": list(d.numeric_features),
+        "categorical_features": list(d.categorical_features), "task": t.task, "model": t.model,
+        "custom_model": t.custom_model or "", "hidden_units": list(t.hidden_units), "embedding_dim": t.embedding_dim,
+        "max_vocabulary": t.max_vocabulary, "hash_buckets": t.hash_buckets, "cross_layers": t.cross_layers,
+        "epochs": t.epochs, "batch_size": t.batch_size, "learning_rate": t.learning_rate,
+        "scale_learning_rate": t.scale_learning_rate, "shuffle_buffer": t.shuffle_buffer,
+        "cache_budget_mb": t.cache_budget_mb, "strategy": t.strategy, "mixed_precision": t.mixed_precision,
+        "xla": t.xla, "checkpoint_steps": t.checkpoint_steps, "gpu_hour_price": t.gpu_hour_price, "seed": t.seed,
+    }
+    return json.dumps(settings, sort_keys=True)
+
+
+def tfjob_json(config: PipelineConfig) -> str:
+    """For training.workers > 1: what the train task needs to build the TFJob; "" otherwise."""
+    t = config.training
+    if t.workers == 1:
+        return ""
+    spec = {
+        "image": config.train_image, "workers": t.workers, "gpus": t.gpus, "accelerator": t.accelerator or "",
+        "node_selector": dict(t.node_selector), "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
+        "cpu": t.cpu, "memory": t.memory, "namespace": t.tfjob_namespace or "",
+    }
+    if config.cluster.gcs_credentials_secret:
+        spec["env"] = {"GOOGLE_APPLICATION_CREDENTIALS": f"{GCS_KEY_MOUNT}/{config.cluster.gcs_credentials_key}"}
+        spec["secret_volume"] = {"secret": config.cluster.gcs_credentials_secret, "mount": GCS_KEY_MOUNT}
+    return json.dumps(spec, sort_keys=True)
+
+
 def _use_cluster_secrets(task: dsl.PipelineTask, config: PipelineConfig) -> None:
     """Secrets by reference (kfp-kubernetes): a mounted service-account key for GCS and
     image pull secrets. The compiled YAML holds names, never values."""
@@ -92,7 +124,7 @@ def create_pipeline(config: PipelineConfig):
         ingest_task = ingest_op(
             source=data_source, label=data.label, numeric_features=list(data.numeric_features),
             categorical_features=list(data.categorical_features), eval_percent=data.split.eval_percent,
-            split_key=data.split.key or "")
+            split_key=data.split.key or "", numeric_label=config.training.task == "regression")
         ingest_task.set_display_name("Ingest data").set_caching_options(True)
 
         validate_task = validate_op(
@@ -104,12 +136,13 @@ def create_pipeline(config: PipelineConfig):
 
         train_task = train_op(
             examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-            label=data.label, numeric_features=list(data.numeric_features),
-            categorical_features=list(data.categorical_features), hidden_units=list(training.hidden_units),
-            embedding_dim=training.embedding_dim, epochs=epochs, batch_size=training.batch_size,
-            learning_rate=learning_rate, strategy=training.strategy, seed=training.seed)
+            settings=train_settings_json(config), tfjob=tfjob_json(config), epochs=epochs,
+            learning_rate=learning_rate)
         train_task.set_display_name("Train model").set_caching_options(False)
-        _request_accelerators(train_task, config)
+        train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
+                             backoff_factor=2.0)
+        if training.workers == 1:  # with a TFJob the workers hold the GPUs, not this task
+            _request_accelerators(train_task, config)
 
         evaluation = config.evaluation
         evaluate_task = evaluate_op(

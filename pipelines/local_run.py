@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, TextIO
 from components import names
 from components.errors import ERROR_FILE_ENV, GpupipeError
 from components.ingest.logic import check_columns
+from components.ingest.synthetic import is_synthetic
 from components.io import is_gcs
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
@@ -123,15 +124,16 @@ class _ProgressTee(io.TextIOBase):
 
 
 def resolve_local_path(path: str) -> str:
-    """Relative local paths start at the working directory; gs:// URIs pass through."""
-    return path if is_gcs(path) else str(Path(path).expanduser().resolve())
+    """Relative local paths start at the working directory; gs:// URIs and synthetic
+    sources pass through."""
+    return path if is_gcs(path) or is_synthetic(path) else str(Path(path).expanduser().resolve())
 
 
 def preflight(config: PipelineConfig, params: dict) -> None:
     """Fails fast, before any task starts, on a missing data file or a missing column."""
     data = config.data
     source = params[P_DATA_SOURCE]
-    if not is_gcs(source) and not os.path.isfile(source):
+    if not is_gcs(source) and not is_synthetic(source) and not os.path.isfile(source):
         raise GpupipeError(f"data.source: file not found: {source}; fix data.source in the config "
                            "(relative paths start at the working directory)")
     check_columns(source, data.label, [*data.numeric_features, *data.categorical_features], data.split.key)
@@ -152,6 +154,11 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     returns the summary. Raises GpupipeError for input problems found before the run."""
     from kfp import local
 
+    if config.training.workers > 1:
+        # Multi-worker training is a TFJob on the cluster; on one machine it runs in-process.
+        print(f"gpupipe run {config.name}: training.workers={config.training.workers} runs as a TFJob on the "
+              "cluster; training in-process here", file=console, flush=True)
+        config = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
     params = {**run_parameters(config), **(overrides or {})}
     params[P_DATA_SOURCE] = resolve_local_path(params[P_DATA_SOURCE])
     params[P_SERVING_BASE] = resolve_local_path(params[P_SERVING_BASE])

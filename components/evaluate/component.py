@@ -15,7 +15,8 @@ def evaluate(model: Input[Model], examples: Input[Dataset], metric: str, thresho
                                        thresholds, slices, serving_base, model_name)
     for key, value in evaluation.metrics.items():
         metrics.log_metric(key, value)
-    confusion.log_confusion_matrix(evaluation.classes, evaluation.confusion_matrix)
+    if evaluation.classes:
+        confusion.log_confusion_matrix(evaluation.classes, evaluation.confusion_matrix)
     if evaluation.roc:
         confusion.log_roc_curve(evaluation.roc["fpr"], evaluation.roc["tpr"], evaluation.roc["thresholds"])
     blessing.metadata.update({"blessed": verdict.blessed, "reasons": verdict.reasons,

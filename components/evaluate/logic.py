@@ -4,7 +4,6 @@ and bless the candidate as TFMA does: value thresholds, and change thresholds ag
 the served baseline (skipped on the first run, when nothing is served)."""
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -15,7 +14,8 @@ import numpy as np
 
 from components import names
 from components.errors import GpupipeError, reports_errors
-from components.evaluate.metrics import LOWER_IS_BETTER, classification_metrics, confusion_matrix, roc_curve
+from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
+                                        regression_metrics, roc_curve)
 from components.ingest.logic import examples_pattern
 
 SCORE_BATCH = 1024
@@ -24,10 +24,11 @@ EVALUATION_FILE = "evaluation.json"
 
 @dataclass
 class Predictions:
-    classes: List[str]
-    labels: np.ndarray  # class index per row; -1 for a label unseen in training
-    probabilities: np.ndarray  # [rows, classes]
+    classes: List[str]  # empty for regression
+    labels: np.ndarray  # class index per row (-1: a label unseen in training), or the regression target
+    probabilities: np.ndarray  # [rows, classes], or [rows] predictions for regression
     slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
+    task: str = "multiclass"
 
 
 @dataclass
@@ -67,26 +68,37 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
 
     specs = load_feature_specs(model_dir)
     serve = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
-    files = sorted(glob.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
+    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
     if not files:
         raise GpupipeError(f"examples: no eval shards under {examples_dir}; run ingest first")
-    spec = {specs.label: tf.io.FixedLenFeature([], tf.string)}
+    regression = specs.task == "regression"
+    spec = {specs.label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
     spec.update({s: tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
     index = {c: i for i, c in enumerate(specs.classes)}
     probs, labels, sliced = [], [], {s: [] for s in slices}
+    output = "predictions" if regression else names.PROBABILITIES
     for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(SCORE_BATCH):
-        probs.append(serve(examples=batch)[names.PROBABILITIES].numpy())
+        probs.append(serve(examples=batch)[output].numpy())
         parsed = tf.io.parse_example(batch, spec)
-        labels.append(np.array([index.get(v.decode("utf-8"), -1) for v in parsed[specs.label].numpy()]))
+        raw = parsed[specs.label].numpy()
+        labels.append(raw if regression else np.array([index.get(v.decode("utf-8"), -1) for v in raw]))
         for s in slices:
             sliced[s].append(np.array([v.decode("utf-8") for v in parsed[s].numpy()], dtype=object))
     return Predictions(classes=list(specs.classes), labels=np.concatenate(labels), probabilities=np.concatenate(probs),
-                       slice_values={s: np.concatenate(v) for s, v in sliced.items()})
+                       slice_values={s: np.concatenate(v) for s, v in sliced.items()}, task=specs.task)
 
 
 def evaluate_predictions(pred: Predictions) -> Evaluation:
-    """Overall metrics, confusion matrix, per-slice metrics and (two classes) a ROC curve."""
+    """Overall metrics, confusion matrix, per-slice metrics and (two classes) a ROC curve;
+    RMSE and MAE (overall and per slice) for regression."""
     y, p = pred.labels, pred.probabilities
+    if pred.task == "regression":
+        metrics = {**regression_metrics(y, p), "examples": int(len(y))}
+        slices = {feature: {value or "<missing>": {"examples": int((values == value).sum()),
+                                                   **regression_metrics(y[values == value], p[values == value])}
+                            for value in sorted(set(values))}
+                  for feature, values in pred.slice_values.items()}
+        return Evaluation(metrics=metrics, classes=[], confusion_matrix=[], slices=slices)
     metrics = classification_metrics(y, p, pred.classes)
     metrics["examples"] = int(len(y))
     slices = {}
@@ -204,8 +216,13 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
             row += f" {b:.4f} |" if isinstance(b, float) else f" {b} |"
         lines.append(row)
     for feature, values in evaluation.slices.items():
-        lines += ["", f"## Slices by {feature}", "", "| value | examples | accuracy | log_loss |", "|---|---|---|---|"]
-        lines += [f"| {v} | {m['examples']} | {m['accuracy']:.4f} | {m['log_loss']:.4f} |" for v, m in values.items()]
+        keys = [k for k in next(iter(values.values()), {}) if k != "examples"]
+        lines += ["", f"## Slices by {feature}", "", "| value | examples | " + " | ".join(keys) + " |",
+                  "|---|---|" + "---|" * len(keys)]
+        lines += [f"| {v} | {m['examples']} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |"
+                  for v, m in values.items()]
+    if not evaluation.classes:
+        return "\n".join(lines) + "\n"
     lines += ["", "## Confusion matrix (rows: true, columns: predicted)", "",
               "| | " + " | ".join(evaluation.classes) + " |", "|---|" + "---|" * len(evaluation.classes)]
     lines += [f"| {c} | " + " | ".join(str(n) for n in row) + " |"

@@ -4,12 +4,13 @@ from kfp.dsl import Dataset, Output
 
 
 def ingest(source: str, label: str, numeric_features: list, categorical_features: list, eval_percent: int,
-           split_key: str, examples: Output[Dataset]):
+           split_key: str, numeric_label: bool, examples: Output[Dataset]):
     """CSV (local or gs://) -> gzip TFRecord tf.Example shards in examples/{train,eval}/ plus
     examples/manifest.json (rows per split, source, split rule)."""
     from components.ingest.logic import run_ingest
 
-    manifest = run_ingest(source, examples.path, label, numeric_features, categorical_features, eval_percent, split_key)
+    manifest = run_ingest(source, examples.path, label, numeric_features, categorical_features, eval_percent, split_key,
+                          numeric_label)
     examples.metadata.update({"rows": manifest["rows"], "source": manifest["source"]})
 
 

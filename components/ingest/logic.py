@@ -22,6 +22,7 @@ import pyarrow.csv as pacsv
 
 from components import names
 from components.errors import GpupipeError, reports_errors
+from components.ingest import synthetic
 from components.io import open_for_reading, size_of
 
 SHARD_ROWS = 200_000
@@ -42,9 +43,17 @@ def _read_header(source: str) -> List[str]:
     return [c.strip().strip('"') for c in text.rstrip("\r\n").split(",")]
 
 
+def source_columns(source: str) -> List[str]:
+    """The column names a source offers."""
+    if synthetic.is_synthetic(source):
+        synthetic.parse_source(source)
+        return synthetic.columns()
+    return _read_header(source)
+
+
 def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None) -> List[str]:
     """Fails with one line when the label, a feature or the split key is not a column."""
-    header = _read_header(source)
+    header = source_columns(source)
     if label not in header:
         raise GpupipeError(
             f"data.label: column '{label}' not found in {source} (columns: {', '.join(header)}); fix data.label")
@@ -58,15 +67,31 @@ def check_columns(source: str, label: str, features: List[str], split_key: Optio
     return header
 
 
-def _column_types(label: str, numeric: List[str], categorical: List[str]) -> Dict[str, pa.DataType]:
+def _column_types(label: str, numeric: List[str], categorical: List[str],
+                  numeric_label: bool = False) -> Dict[str, pa.DataType]:
     types = {name: pa.float32() for name in numeric}
     types.update({name: pa.string() for name in categorical})
-    types[label] = pa.string()
+    types[label] = pa.float32() if numeric_label else pa.string()
     return types
 
 
-def read_csv_batches(source: str, label: str, numeric: List[str], categorical: List[str]) -> Iterator[pa.RecordBatch]:
+def read_synthetic_batches(source: str, label: str, numeric: List[str], categorical: List[str],
+                           numeric_label: bool = False) -> Iterator[pa.RecordBatch]:
+    """The declared columns of the synthetic CTR table, typed like a file source's."""
+    rows, seed = synthetic.parse_source(source)
+    types = _column_types(label, numeric, categorical, numeric_label)
+    for batch in synthetic.ctr_batches(rows, seed):
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(batch.schema.get_field_index(c)).cast(types[c]) for c in [label, *numeric, *categorical]],
+            [label, *numeric, *categorical])
+
+
+def read_csv_batches(source: str, label: str, numeric: List[str], categorical: List[str],
+                     numeric_label: bool = False) -> Iterator[pa.RecordBatch]:
     """Streams the declared columns of a CSV as Arrow record batches with the declared types."""
+    if synthetic.is_synthetic(source):
+        yield from read_synthetic_batches(source, label, numeric, categorical, numeric_label)
+        return
     columns = [label, *numeric, *categorical]
     stream = open_for_reading(source, "data.source")
     try:
@@ -74,7 +99,7 @@ def read_csv_batches(source: str, label: str, numeric: List[str], categorical: L
             stream,
             read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES),
             convert_options=pacsv.ConvertOptions(
-                column_types=_column_types(label, numeric, categorical),
+                column_types=_column_types(label, numeric, categorical, numeric_label),
                 include_columns=columns,
                 strings_can_be_null=True,
             ),
@@ -82,7 +107,8 @@ def read_csv_batches(source: str, label: str, numeric: List[str], categorical: L
         for batch in reader:
             yield batch
     except pa.ArrowInvalid as err:
-        raise GpupipeError(_explain_arrow_error(source, _arrow_message(err), set(numeric))) from None
+        raise GpupipeError(_explain_arrow_error(source, _arrow_message(err),
+                                                set(numeric) | ({label} if numeric_label else set()))) from None
     finally:
         stream.close()
 
@@ -204,6 +230,7 @@ def ingest_csv(
     eval_percent: int = 20,
     split_key: Optional[str] = None,
     shard_rows: int = SHARD_ROWS,
+    numeric_label: bool = False,
 ) -> dict:
     """Reads `source` (CSV, local or gs://) and writes `output_dir/{train,eval}/part-*.tfrecord.gz`
     plus `output_dir/manifest.json`. Returns the manifest."""
@@ -211,7 +238,7 @@ def ingest_csv(
     writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows) for split in names.SPLITS}
     dropped_no_label = 0
     try:
-        for batch in read_csv_batches(source, label, numeric_features, categorical_features):
+        for batch in read_csv_batches(source, label, numeric_features, categorical_features, numeric_label):
             has_label = pc.is_valid(batch.column(label))
             dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
             batch = batch.filter(has_label)
@@ -233,7 +260,7 @@ def ingest_csv(
                 "add rows or change data.split.eval_percent")
     manifest = {
         "source": source,
-        "source_bytes": size_of(source),
+        "source_bytes": 0 if synthetic.is_synthetic(source) else size_of(source),
         "format": "csv",
         "rows": rows,
         "shards": {split: w.shards for split, w in writers.items()},
@@ -258,7 +285,8 @@ def examples_pattern(examples_dir: str, split: str) -> str:
 
 @reports_errors("ingest")
 def run_ingest(source: str, output_dir: str, label: str, numeric_features: List[str],
-               categorical_features: List[str], eval_percent: int, split_key: str = "") -> dict:
+               categorical_features: List[str], eval_percent: int, split_key: str = "",
+               numeric_label: bool = False) -> dict:
     """The ingest step as the component calls it (`split_key` "" means: hash the whole row)."""
     return ingest_csv(source, output_dir, label, numeric_features, categorical_features, eval_percent,
-                      split_key or None)
+                      split_key or None, numeric_label=numeric_label)

@@ -62,8 +62,9 @@ def smoke_test(endpoint: str, model_name: str, version: int, model_dir: str, exa
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-    local = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE](
-        examples=tf.constant(examples))[names.PROBABILITIES].numpy()
+    local_outputs = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE](examples=tf.constant(examples))
+    key = names.PROBABILITIES if names.PROBABILITIES in local_outputs else "predictions"  # classifier / regressor
+    local = local_outputs[key].numpy()
     with grpc.insecure_channel(endpoint) as channel:
         wait_until_available(channel, model_name, version, timeout)
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
@@ -72,9 +73,12 @@ def smoke_test(endpoint: str, model_name: str, version: int, model_dir: str, exa
         except grpc.RpcError as err:
             raise GpupipeError(f"serving.endpoint: Predict on {endpoint} failed ({err.code().name}: "
                                f"{err.details()})") from None
-    served = tf.make_ndarray(response.outputs[names.PROBABILITIES])
+    if key not in response.outputs:
+        raise GpupipeError(f"serving.endpoint: {endpoint} returned no '{key}' output; is {model_name} version "
+                           f"{version} the pushed model?")
+    served = tf.make_ndarray(response.outputs[key])
     if served.shape != local.shape:
-        raise GpupipeError(f"serving.endpoint: {endpoint} returned probabilities of shape {served.shape}, "
+        raise GpupipeError(f"serving.endpoint: {endpoint} returned {key} of shape {served.shape}, "
                            f"expected {local.shape}; is {model_name} version {version} the pushed model?")
     gap = float(np.max(np.abs(served - local)))
     if gap > atol:

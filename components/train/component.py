@@ -1,24 +1,28 @@
-"""KFP wrapper for train: maps typed artifacts to `components.train.logic.run_train`."""
+"""KFP wrapper for train: maps typed artifacts to `components.train.logic.run_train_task`."""
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def train(examples: Input[Dataset], statistics: Input[Artifact], label: str, numeric_features: list,
-          categorical_features: list, hidden_units: list, embedding_dim: int, epochs: int, batch_size: int,
-          learning_rate: float, strategy: str, seed: int, model: Output[Model], tensorboard: Output[Artifact],
-          report: Output[Metrics]):
-    """A tf_keras DNN trained under a tf.distribute strategy; exports a SavedModel whose
-    serving_default takes raw features. Report: examples/s, loss, replicas."""
+def train(examples: Input[Dataset], statistics: Input[Artifact], settings: str, tfjob: str, epochs: int,
+          learning_rate: float, model: Output[Model], tensorboard: Output[Artifact], report: Output[Metrics],
+          summary: Output[Markdown]):
+    """A tf_keras model (dnn, wide_deep, cross or custom) trained under a tf.distribute
+    strategy (in this pod, or as a TFJob when `tfjob` is set), resumable from
+    BackupAndRestore checkpoints; exports a SavedModel taking raw features. Report:
+    examples/s, step time p50/p95, input wait, GPU utilisation, GPU-hours and cost."""
     import os
+    import shutil
 
-    from components.train.logic import run_train
+    from components.train.logic import run_train_task
 
-    result = run_train(examples.path, statistics.path, model.path, tensorboard.path,
-                       os.path.join(os.path.dirname(report.path), "train-report"), label, numeric_features,
-                       categorical_features, hidden_units, embedding_dim, epochs, batch_size, learning_rate,
-                       strategy, seed)
-    for key in ("examples_per_second", "train_seconds", "final_loss", "final_train_accuracy", "replicas"):
-        report.log_metric(key, result[key])
+    result = run_train_task((examples.path, examples.uri), (statistics.path, statistics.uri),
+                            (model.path, model.uri), tensorboard.path, settings, epochs, learning_rate, tfjob)
+    for key, value in result.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            report.log_metric(key, value)
+    markdown = os.path.join(os.path.dirname(model.path), "report", "report.md")
+    if os.path.isfile(markdown):
+        shutil.copy(markdown, summary.path)
     model.metadata.update({"strategy": result["strategy"], "framework": "tensorflow"})
 
 

@@ -1,10 +1,13 @@
 """Train: a tf_keras model from the config and the train-split statistics, under a
-tf.distribute strategy, exported as a SavedModel that takes raw features."""
+tf.distribute strategy, resumable (BackupAndRestore every N steps; SIGTERM saves and
+exits 143), exported as a SavedModel that takes raw features, with a training report."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -12,131 +15,272 @@ from components import names
 from components.errors import GpupipeError, reports_errors
 from components.ingest.logic import examples_pattern
 from components.train.features import FeatureSpecs, specs_from_statistics
+from components.train.runtime import (PREEMPTED_EXIT_CODE, Preempted, cluster_workers,  # noqa: F401 (re-exported)
+                                      is_chief)
 
 SPECS_FILE = "gpupipe_features.json"  # inside the SavedModel's assets.extra/
+REPORT_MD = "report.md"
 
 
-def cluster_workers(tf_config: Optional[str]) -> int:
-    """How many workers (chief included) TF_CONFIG names; 1 when unset."""
-    if not tf_config:
-        return 1
-    cluster = json.loads(tf_config).get("cluster", {})
-    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+@dataclass
+class TrainSettings:
+    """Everything about how to train; the config's `training:` section maps onto it."""
+
+    label: str
+    numeric_features: List[str] = field(default_factory=list)
+    categorical_features: List[str] = field(default_factory=list)
+    task: str = "multiclass"
+    model: str = "dnn"
+    custom_model: str = ""
+    hidden_units: List[int] = field(default_factory=lambda: [64, 32])
+    embedding_dim: int = 8
+    max_vocabulary: int = 1000
+    hash_buckets: int = 1000
+    cross_layers: int = 2
+    epochs: int = 10
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    scale_learning_rate: bool = False
+    shuffle_buffer: int = 10_000
+    cache_budget_mb: int = 1024
+    strategy: str = "auto"
+    mixed_precision: str = "auto"
+    xla: bool = False
+    checkpoint_steps: int = 200
+    gpu_hour_price: float = 0.0
+    seed: int = 42
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainSettings":
+        return cls(**json.loads(text))
 
 
-def choose_strategy(name: str = "auto"):
-    """`auto`: MultiWorkerMirroredStrategy when TF_CONFIG names several workers,
-    MirroredStrategy on one node with several GPUs, else one device (GPU if any)."""
+def parsed_bytes_per_row(specs: FeatureSpecs) -> int:
+    """A generous estimate of one parsed example in memory (for the cache decision)."""
+    return 4 * len(specs.numeric) + 48 * len(specs.categorical) + 16
+
+
+def _read_text(path: str) -> str:
     import tensorflow as tf
 
-    workers = cluster_workers(os.environ.get("TF_CONFIG"))
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if name == "multi_worker" or (name == "auto" and workers > 1):
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "mirrored" or (name == "auto" and len(gpus) > 1):
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    with tf.io.gfile.GFile(path) as f:
+        return f.read()
 
 
-def is_chief(tf_config: Optional[str]) -> bool:
-    """The chief (or the only process) writes the model; other workers write to scratch."""
-    if not tf_config:
-        return True
-    cfg = json.loads(tf_config)
-    task = cfg.get("task", {})
-    cluster = cfg.get("cluster", {})
-    if "chief" in cluster:
-        return task.get("type") == "chief"
-    return task.get("type", "worker") == "worker" and task.get("index", 0) == 0
-
-
-def train_model(
-    examples_dir: str,
-    statistics_dir: str,
-    model_dir: str,
-    label: str,
-    numeric_features: List[str],
-    categorical_features: List[str],
-    hidden_units: List[int],
-    embedding_dim: int = 8,
-    epochs: int = 10,
-    batch_size: int = 64,
-    learning_rate: float = 1e-3,
-    strategy: str = "auto",
-    seed: int = 42,
-    log_dir: Optional[str] = None,
-) -> dict:
-    """Trains on `examples_dir/train`, exports a SavedModel to `model_dir` and returns a
-    report (examples/s, final loss and accuracy, replicas)."""
+def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings: TrainSettings,
+                backup_dir: Optional[str] = None, log_dir: Optional[str] = None) -> dict:
+    """Trains on `examples_dir/train`, exports a SavedModel to `model_dir` (the chief only)
+    and returns the training report. A checkpoint in `backup_dir` is resumed from."""
     import tensorflow as tf
     import tf_keras
 
-    from components.train.model import build_dnn, export_saved_model, make_dataset
+    from components.train.model import build_model, export_saved_model, load_custom_builder, make_dataset
+    from components.train.runtime import (GpuSampler, PreemptionGuard, ResumeLog, StepTimer, choose_strategy,
+                                          compute_capability, precision_policy)
     from components.validate.logic import load_statistics
 
-    tf_keras.utils.set_random_seed(seed)
+    s = settings
+    tf_keras.utils.set_random_seed(s.seed)
     train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
-    specs = specs_from_statistics(train_stats, label, numeric_features, categorical_features)
-    dist = choose_strategy(strategy)
-    global_batch = batch_size * dist.num_replicas_in_sync
-    dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True, seed=seed)
-
-    with dist.scope():
-        model = build_dnn(specs, hidden_units, embedding_dim)
-        model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate),
-                      loss=tf_keras.losses.SparseCategoricalCrossentropy(),
-                      metrics=[tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-    callbacks = [tf_keras.callbacks.TensorBoard(log_dir)] if log_dir else []
-    started = time.perf_counter()
-    history = model.fit(dataset, epochs=epochs, callbacks=callbacks, verbose=2)
-    seconds = time.perf_counter() - started
+    specs = specs_from_statistics(train_stats, s.label, s.numeric_features, s.categorical_features, s.task,
+                                  s.max_vocabulary, s.hash_buckets)
+    strategy = choose_strategy(s.strategy)
+    capability = compute_capability()
+    policy = precision_policy(s.mixed_precision, capability)
+    tf_keras.mixed_precision.set_global_policy(policy)
+    replicas = strategy.num_replicas_in_sync
+    global_batch = s.batch_size * replicas
+    learning_rate = s.learning_rate * (replicas if s.scale_learning_rate else 1)
     train_rows = int(train_stats.num_examples)
+    steps_per_epoch = max(1, math.ceil(train_rows / global_batch))
+    cache = s.cache_budget_mb > 0 and train_rows * parsed_bytes_per_row(specs) <= s.cache_budget_mb * 2 ** 20
+    dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
+                           seed=s.seed, repeat=True, cache=cache, shuffle_buffer=s.shuffle_buffer)
 
-    chief = is_chief(os.environ.get("TF_CONFIG"))
-    # Every worker must take part in the save (collective ops); only the chief's copy is kept.
+    with strategy.scope():
+        builder = load_custom_builder(s.custom_model) if s.custom_model else build_model
+        model = builder(specs, s.model, s.hidden_units, s.embedding_dim, s.cross_layers)
+        if s.task == "regression":
+            loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
+        else:
+            loss = tf_keras.losses.SparseCategoricalCrossentropy()
+            metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics,
+                      jit_compile=s.xla)
+
+    tf_config = os.environ.get("TF_CONFIG")
+    chief = is_chief(tf_config)
+    callbacks, guard = [], None
+    resume, timer = ResumeLog(), StepTimer()
+    if backup_dir:
+        backup = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq=s.checkpoint_steps, delete_checkpoint=False)
+        guard = PreemptionGuard(backup, strategy)
+        callbacks += [backup, guard]
+    callbacks += [resume, timer]
+    if log_dir and chief:
+        callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
+
+    started = time.perf_counter()
+    if guard:
+        guard.install()
+    try:
+        with GpuSampler() as gpu:
+            history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
+                                verbose=2)
+    finally:
+        if guard:
+            guard.uninstall()
+    seconds = time.perf_counter() - started
+    if guard and guard.preempted:
+        raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
+
+    # Every worker takes part in the save (collective ops); only the chief's copy is kept.
     target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
     export_saved_model(model, specs, target)
     if chief:
         extra = os.path.join(model_dir, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, SPECS_FILE), "w", encoding="utf-8") as f:
-            json.dump(specs.to_dict(), f, indent=2)
+        tf.io.gfile.makedirs(extra)
+        with tf.io.gfile.GFile(os.path.join(extra, SPECS_FILE), "w") as f:
+            f.write(json.dumps(specs.to_dict(), indent=2))
     else:
         tf.io.gfile.rmtree(target)
+    if backup_dir and chief and tf.io.gfile.exists(backup_dir):
+        tf.io.gfile.rmtree(backup_dir)  # the model is whole; a later retry need not resume
+
+    steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
+    p50, p95 = timer.percentiles()
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    gpu_hours = gpus * cluster_workers(tf_config) * seconds / 3600
+    compute_p50 = compute_only_step_seconds(model, dataset, strategy) if cluster_workers(tf_config) == 1 else None
+    history_key = "rmse" if s.task == "regression" else "accuracy"
     return {
-        "examples_per_second": round(train_rows * epochs / seconds, 1),
+        "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
         "train_seconds": round(seconds, 2),
-        "epochs": epochs,
+        "epochs": s.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "optimizer_steps": int(model.optimizer.iterations.numpy()),
+        "resumed_from_step": resume.resumed_from,
+        "step_seconds_p50": p50,
+        "step_seconds_p95": p95,
+        "compute_only_step_seconds_p50": compute_p50,
+        "input_wait_fraction": (round(max(0.0, 1 - compute_p50 / p50), 3) if (p50 and compute_p50) else None),
         "train_examples": train_rows,
-        "replicas": dist.num_replicas_in_sync,
-        "strategy": type(dist).__name__,
+        "replicas": replicas,
+        "workers": cluster_workers(tf_config),
+        "strategy": ("MultiWorkerMirroredStrategy" if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                     else type(strategy).__name__),
         "global_batch_size": global_batch,
+        "learning_rate": learning_rate,
+        "precision_policy": policy,
+        "xla": s.xla,
+        "cached_in_memory": cache,
+        "gpus": gpus,
+        "gpu_utilization_mean": gpu.mean,
+        "gpu_hours": round(gpu_hours, 4),
+        "estimated_cost": round(gpu_hours * s.gpu_hour_price, 4),
         "final_loss": float(history.history["loss"][-1]),
-        "final_train_accuracy": float(history.history["accuracy"][-1]),
+        f"final_train_{history_key}": float(history.history[history_key][-1]),
+        "model": s.custom_model or s.model,
         "chief": chief,
     }
 
 
+def compute_only_step_seconds(model, dataset, strategy, steps: int = 30) -> Optional[float]:
+    """Median step time of a copy of the model, run through Keras' own train function on one
+    batch held in memory: the step time without input wait. The training steps' median
+    against this gives the input-wait fraction."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    try:
+        batch = next(iter(dataset.take(1)))
+        with strategy.scope():
+            clone = tf_keras.models.clone_model(model)
+            clone.compile(optimizer=type(model.optimizer).from_config(model.optimizer.get_config()),
+                          loss=model.loss, jit_compile=model._jit_compile)
+        iterator = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch).repeat()))
+        train_function = clone.make_train_function()
+        train_function(iterator)  # trace
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            train_function(iterator)
+            times.append(time.perf_counter() - t)
+        return float(np.percentile(times, 50))
+    except Exception as err:  # a measurement, never a reason to fail training
+        print(f"compute-only step timing skipped: {err}", flush=True)
+        return None
+
+
+def render_report(report: dict) -> str:
+    rows = [f"| {k} | {v} |" for k, v in report.items()]
+    return "# Training report\n\n| measure | value |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
 def load_feature_specs(model_dir: str) -> FeatureSpecs:
     """The feature specs a trained model was built with (written next to it at export)."""
+    import tensorflow as tf
+
     path = os.path.join(model_dir, "assets.extra", SPECS_FILE)
-    if not os.path.isfile(path):
+    if not tf.io.gfile.exists(path):
         raise GpupipeError(f"model: {path} not found; {model_dir} is not a gpupipe model, retrain it")
-    with open(path, encoding="utf-8") as f:
-        return FeatureSpecs.from_dict(json.load(f))
+    return FeatureSpecs.from_dict(json.loads(_read_text(path)))
 
 
 @reports_errors("train")
-def run_train(examples_dir: str, statistics_dir: str, model_dir: str, log_dir: str, report_dir: str,
-              label: str, numeric_features: List[str], categorical_features: List[str], hidden_units: List[int],
-              embedding_dim: int, epochs: int, batch_size: int, learning_rate: float, strategy: str,
-              seed: int) -> dict:
-    """The train step as the component calls it: trains, exports, writes the report JSON."""
-    report = train_model(examples_dir, statistics_dir, model_dir, label, numeric_features, categorical_features,
-                         hidden_units, embedding_dim, epochs, batch_size, learning_rate, strategy, seed, log_dir)
-    os.makedirs(report_dir, exist_ok=True)
-    with open(os.path.join(report_dir, names.TRAIN_REPORT_FILE), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
+def run_train(examples_dir: str, statistics_dir: str, model_dir: str, settings_json: str, backup_dir: str = "",
+              log_dir: str = "", report_dir: str = "") -> dict:
+    """The train step as the component and `python -m components.train` call it. Exits with
+    143 after a SIGTERM checkpoint (KFP and TFJob retry it; the retry resumes)."""
+    settings = TrainSettings.from_json(settings_json)
+    try:
+        report = train_model(examples_dir, statistics_dir, model_dir, settings, backup_dir or None, log_dir or None)
+    except Preempted as err:
+        print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
+        raise SystemExit(PREEMPTED_EXIT_CODE) from None
+    if report_dir and report["chief"]:
+        import tensorflow as tf
+
+        tf.io.gfile.makedirs(report_dir)
+        with tf.io.gfile.GFile(os.path.join(report_dir, names.TRAIN_REPORT_FILE), "w") as f:
+            f.write(json.dumps(report, indent=2))
+        with tf.io.gfile.GFile(os.path.join(report_dir, REPORT_MD), "w") as f:
+            f.write(render_report(report))
     return report
+
+
+def _sibling(location: str, name: str) -> str:
+    """`<parent of location>/<name>` for a local path or a gs:// URI."""
+    return location.rstrip("/").rsplit("/", 1)[0] + "/" + name
+
+
+@reports_errors("train")
+def run_train_task(examples: tuple, statistics: tuple, model: tuple, log_dir: str, settings_json: str,
+                   epochs: int, learning_rate: float, tfjob_json: str = "") -> dict:
+    """The train component's body. `examples`, `statistics`, `model` are (local path, URI)
+    pairs of the KFP artifacts. One node: trains in this process. `tfjob_json` set (workers
+    > 1): runs the same entry point as a TFJob on the artifact URIs and follows it. The
+    BackupAndRestore directory sits beside the model output, where a retry of this task
+    finds it. Returns the training report (the chief's)."""
+    import tensorflow as tf
+
+    settings = {**json.loads(settings_json), "epochs": epochs, "learning_rate": learning_rate}
+    if not tfjob_json:
+        return run_train(examples[0], statistics[0], model[0], json.dumps(settings), _sibling(model[0], "backup"),
+                         log_dir, _sibling(model[0], "report"))
+    from components.train.tfjob import current_namespace, kubernetes_api, run_tfjob, tfjob_manifest
+    import uuid
+
+    spec = json.loads(tfjob_json)
+    report_uri = _sibling(model[1], "report")
+    command = ["python", "-m", "components.train", "--examples", examples[1], "--statistics", statistics[1],
+               "--model-dir", model[1], "--settings", json.dumps(settings), "--backup-dir",
+               _sibling(model[1], "backup"), "--log-dir", _sibling(model[1], "tensorboard"),
+               "--report-dir", report_uri]
+    manifest = tfjob_manifest(name=f"gpupipe-train-{uuid.uuid4().hex[:8]}",
+                              namespace=spec.get("namespace") or current_namespace(), command=command,
+                              **{k: v for k, v in spec.items() if k != "namespace"})
+    run_tfjob(manifest, kubernetes_api())
+    with tf.io.gfile.GFile(os.path.join(report_uri, names.TRAIN_REPORT_FILE)) as f:
+        return json.loads(f.read())

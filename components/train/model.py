@@ -1,19 +1,22 @@
-"""The tf_keras model, the tf.data input pipeline and the SavedModel export.
+"""The tf_keras models, the tf.data input pipeline and the SavedModel export.
 
-Preprocessing (imputation, normalisation, vocabularies) lives inside the model, so the
-exported graph takes raw feature values.
+Preprocessing (imputation, normalisation, vocabularies, hashing) lives inside the model,
+so the exported graph takes raw feature values.
 """
 from __future__ import annotations
 
-import glob
-from typing import Dict, List
+import importlib
+from typing import Callable, Dict, List, Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 import tf_keras
 
 from components import names
+from components.errors import GpupipeError
 from components.train.features import FeatureSpecs
+
+PREDICTIONS = "predictions"  # regression output
 
 
 class FillMissing(tf_keras.layers.Layer):
@@ -30,23 +33,113 @@ class FillMissing(tf_keras.layers.Layer):
         return {**super().get_config(), "value": self.value}
 
 
-def build_dnn(specs: FeatureSpecs, hidden_units: List[int], embedding_dim: int) -> tf_keras.Model:
-    """Raw features in (one [batch, 1] input per feature), class probabilities out."""
-    inputs, encoded = {}, []
+class CrossLayer(tf_keras.layers.Layer):
+    """One DCN-v2 cross layer: x0 * (W x + b) + x."""
+
+    def build(self, input_shape):
+        self.dense = tf_keras.layers.Dense(input_shape[-1][-1], kernel_initializer="glorot_uniform")
+        super().build(input_shape)
+
+    def call(self, inputs):
+        x0, x = inputs
+        return x0 * self.dense(x) + x
+
+
+def model_inputs(specs: FeatureSpecs) -> Dict[str, tf_keras.Input]:
+    """One [batch, 1] raw input per feature: float32 numeric, string categorical."""
+    inputs = {f.name: tf_keras.Input(shape=(1,), name=f.name, dtype=tf.float32) for f in specs.numeric}
+    inputs.update({f.name: tf_keras.Input(shape=(1,), name=f.name, dtype=tf.string) for f in specs.categorical})
+    return inputs
+
+
+def encode_numeric(specs: FeatureSpecs, inputs) -> List[tf.Tensor]:
+    """Imputed (training mean) and standardised numeric features, [batch, 1] each."""
+    out = []
     for f in specs.numeric:
-        x = inputs[f.name] = tf_keras.Input(shape=(1,), name=f.name, dtype=tf.float32)
-        x = FillMissing(f.mean, name=f"{f.name}_fill")(x)
-        encoded.append(tf_keras.layers.Normalization(mean=f.mean, variance=f.std ** 2, name=f"{f.name}_norm")(x))
+        x = FillMissing(f.mean, name=f"{f.name}_fill")(inputs[f.name])
+        out.append(tf_keras.layers.Normalization(mean=f.mean, variance=f.std ** 2, name=f"{f.name}_norm")(x))
+    return out
+
+
+def categorical_ids(specs: FeatureSpecs, inputs) -> Dict[str, tf.Tensor]:
+    """Integer ids per categorical feature: vocabulary lookup (0 = out of vocabulary) or hashing."""
+    ids = {}
     for f in specs.categorical:
-        x = inputs[f.name] = tf_keras.Input(shape=(1,), name=f.name, dtype=tf.string)
-        ids = tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1, name=f"{f.name}_lookup")(x)
-        emb = tf_keras.layers.Embedding(len(f.vocabulary) + 1, embedding_dim, name=f"{f.name}_embed")(ids)
-        encoded.append(tf_keras.layers.Flatten(name=f"{f.name}_flat")(emb))
-    x = tf_keras.layers.Concatenate(name="features")(encoded) if len(encoded) > 1 else encoded[0]
+        if f.hash_buckets:
+            ids[f.name] = tf_keras.layers.Hashing(f.hash_buckets, name=f"{f.name}_hash")(inputs[f.name])
+        else:
+            ids[f.name] = tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1,
+                                                       name=f"{f.name}_lookup")(inputs[f.name])
+    return ids
+
+
+def embed_categorical(specs: FeatureSpecs, ids, embedding_dim: int) -> List[tf.Tensor]:
+    out = []
+    for f in specs.categorical:
+        emb = tf_keras.layers.Embedding(f.cardinality, embedding_dim, name=f"{f.name}_embed")(ids[f.name])
+        out.append(tf_keras.layers.Flatten(name=f"{f.name}_flat")(emb))
+    return out
+
+
+def output_layer(specs: FeatureSpecs, x):
+    """Class probabilities (softmax, float32 even under mixed precision) or, for
+    regression, the prediction in the label's units."""
+    if specs.task == "regression":
+        z = tf_keras.layers.Dense(1, dtype="float32", name="regression_head")(x)
+        return tf_keras.layers.Rescaling(specs.label_std or 1.0, offset=specs.label_mean or 0.0, dtype="float32",
+                                         name=PREDICTIONS)(z)
+    return tf_keras.layers.Dense(len(specs.classes), activation="softmax", dtype="float32",
+                                 name=names.PROBABILITIES)(x)
+
+
+def _dense_tower(x, hidden_units: List[int]):
     for i, units in enumerate(hidden_units):
         x = tf_keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
-    outputs = tf_keras.layers.Dense(len(specs.classes), activation="softmax", name=names.PROBABILITIES)(x)
-    return tf_keras.Model(inputs=inputs, outputs=outputs, name="dnn")
+    return x
+
+
+def _concat(parts, name):
+    return tf_keras.layers.Concatenate(name=name)(parts) if len(parts) > 1 else parts[0]
+
+
+def build_model(specs: FeatureSpecs, family: str = "dnn", hidden_units: Optional[List[int]] = None,
+                embedding_dim: int = 8, cross_layers: int = 2) -> tf_keras.Model:
+    """`dnn`: embeddings + standardised numerics through a ReLU tower. `wide_deep`: the
+    tower plus a wide linear part over one-hot categorical ids. `cross`: a DCN-v2 cross
+    network beside the tower. A custom model (training.custom_model) has this signature."""
+    hidden_units = hidden_units or [64, 32]
+    inputs = model_inputs(specs)
+    ids = categorical_ids(specs, inputs)
+    dense = _concat(encode_numeric(specs, inputs) + embed_categorical(specs, ids, embedding_dim), "features")
+    deep = _dense_tower(dense, hidden_units)
+    if family == "dnn":
+        top = deep
+    elif family == "wide_deep":
+        wide = [tf_keras.layers.CategoryEncoding(f.cardinality, output_mode="one_hot", name=f"{f.name}_onehot")(ids[f.name])
+                for f in specs.categorical]
+        top = _concat([deep, *wide, *encode_numeric(specs, inputs)] if wide else [deep], "wide_and_deep")
+    elif family == "cross":
+        x = dense
+        for i in range(cross_layers):
+            x = CrossLayer(name=f"cross_{i}")([dense, x])
+        top = _concat([x, deep], "cross_and_deep")
+    else:
+        raise GpupipeError(f"training.model: '{family}' is not dnn, wide_deep or cross")
+    return tf_keras.Model(inputs=inputs, outputs=output_layer(specs, top), name=family)
+
+
+def load_custom_builder(reference: str) -> Callable[..., tf_keras.Model]:
+    """`module:function` -> the function (called like build_model, returns a tf_keras model)."""
+    module_name, _, function = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise GpupipeError(f"training.custom_model: cannot import '{module_name}' ({err}); "
+                           "install it into the image or put it on PYTHONPATH") from None
+    builder = getattr(module, function, None)
+    if not callable(builder):
+        raise GpupipeError(f"training.custom_model: '{module_name}' has no function '{function}'")
+    return builder
 
 
 def parse_spec(specs: FeatureSpecs, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
@@ -54,38 +147,73 @@ def parse_spec(specs: FeatureSpecs, with_label: bool) -> Dict[str, tf.io.FixedLe
     spec = {f.name: tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]) for f in specs.numeric}
     spec.update({f.name: tf.io.FixedLenFeature([1], tf.string, default_value=[""]) for f in specs.categorical})
     if with_label:
-        spec[specs.label] = tf.io.FixedLenFeature([1], tf.string)
+        dtype = tf.float32 if specs.task == "regression" else tf.string
+        spec[specs.label] = tf.io.FixedLenFeature([1], dtype)
     return spec
 
 
-def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
-                 repeat: bool = False) -> tf.data.Dataset:
-    """(features, label index) batches from gzip TFRecord shards: interleaved reads, batched
-    parse, prefetch."""
-    files = sorted(glob.glob(file_pattern))
-    label_table = tf.lookup.StaticHashTable(
+def label_transform(specs: FeatureSpecs):
+    """Raw label tensor [batch, 1] -> training target: class index, or the float value."""
+    if specs.task == "regression":
+        return lambda raw: tf.squeeze(raw, axis=-1)
+    table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(specs.classes), tf.range(len(specs.classes), dtype=tf.int64)),
         default_value=-1)
+    return lambda raw: table.lookup(tf.squeeze(raw, axis=-1))
+
+
+def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
+                 repeat: bool = False, cache: bool = False, shuffle_buffer: int = 10_000) -> tf.data.Dataset:
+    """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
+    shuffle, batch then one vectorised parse per batch, optional in-memory cache of the
+    parsed batches, prefetch."""
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise GpupipeError(f"examples: no files match {file_pattern}; run ingest first")
     spec = parse_spec(specs, with_label=True)
+    to_target = label_transform(specs)
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
-        label = label_table.lookup(tf.squeeze(parsed.pop(specs.label), axis=-1))
-        return parsed, label
+        return parsed, to_target(parsed.pop(specs.label))
 
     ds = tf.data.Dataset.from_tensor_slices(files)
-    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
-                       cycle_length=max(1, min(len(files), 4)), num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=not shuffle)
     if shuffle:
-        ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.shuffle(len(files), seed=seed)
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+                       cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE,
+                       deterministic=not shuffle)
+    if cache:
+        # One pass parses everything; later epochs replay parsed batches, reshuffled.
+        ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache()
+        if shuffle:
+            ds = ds.shuffle(256, seed=seed)
+        if repeat:
+            ds = ds.repeat()
+    else:
+        if shuffle:
+            ds = ds.shuffle(shuffle_buffer, seed=seed)
+        if repeat:
+            ds = ds.repeat()
+        ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     options = tf.data.Options()
     # Few shards: shard by record, not by file, across multi-worker replicas.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def make_naive_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int) -> tf.data.Dataset:
+    """The input pipeline people write first: one file after another, per-example parse,
+    no parallelism, no prefetch. Only for the benchmark's comparison."""
+    spec = parse_spec(specs, with_label=True)
+    to_target = label_transform(specs)
+
+    def parse_one(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        return parsed, parsed.pop(specs.label)
+
+    ds = tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(file_pattern)), compression_type="GZIP").map(parse_one)
+    return ds.batch(batch_size).map(lambda f, y: (f, to_target(y)))
 
 
 class ServingModule(tf.Module):
@@ -94,7 +222,8 @@ class ServingModule(tf.Module):
     def __init__(self, model: tf_keras.Model, specs: FeatureSpecs):
         super().__init__()
         self.model = model
-        self.class_names = tf.constant(specs.classes)
+        self.task = specs.task
+        self.class_names = tf.constant(specs.classes or [""])
         self._parse_spec = parse_spec(specs, with_label=False)
         raw_spec = {f.name: tf.TensorSpec([None], tf.float32, name=f.name) for f in specs.numeric}
         raw_spec.update({f.name: tf.TensorSpec([None], tf.string, name=f.name) for f in specs.categorical})
@@ -103,9 +232,11 @@ class ServingModule(tf.Module):
             self._serve_examples, input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
 
     def _predict(self, features):
-        probabilities = self.model(features, training=False)
-        classes = tf.gather(self.class_names, tf.argmax(probabilities, axis=-1))
-        return {names.PROBABILITIES: probabilities, names.CLASSES: classes}
+        outputs = tf.cast(self.model(features, training=False), tf.float32)
+        if self.task == "regression":
+            return {PREDICTIONS: tf.squeeze(outputs, axis=-1)}
+        classes = tf.gather(self.class_names, tf.argmax(outputs, axis=-1))
+        return {names.PROBABILITIES: outputs, names.CLASSES: classes}
 
     def _serve_raw(self, features):
         return self._predict({k: tf.expand_dims(v, -1) for k, v in features.items()})
@@ -116,7 +247,7 @@ class ServingModule(tf.Module):
 
 def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: str) -> None:
     """SavedModel with `serving_default` (raw features, one value per row: REST/JSON friendly)
-    and `serving_examples` (serialized tf.Example: TF Serving gRPC)."""
+    and `serving_examples` (serialized tf.Example: TF Serving gRPC Predict)."""
     module = ServingModule(model, specs)
     tf.saved_model.save(module, export_dir, signatures={
         names.SERVING_SIGNATURE: module.serve_raw.get_concrete_function(),

@@ -194,8 +194,13 @@ def load_statistics(statistics_dir: str, split: str):
     """One split's statistics (a DatasetFeatureStatistics) from a validate output."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
+    import tensorflow as tf
+
     merged = statistics_pb2.DatasetFeatureStatisticsList()
-    with open(os.path.join(statistics_dir, names.STATS_FILE), "rb") as f:
+    path = os.path.join(statistics_dir, names.STATS_FILE)
+    if not tf.io.gfile.exists(path):
+        raise GpupipeError(f"statistics: {path} not found; run validate first")
+    with tf.io.gfile.GFile(path, "rb") as f:
         merged.ParseFromString(f.read())
     for dataset in merged.datasets:
         if dataset.name == split:

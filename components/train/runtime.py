@@ -1,0 +1,204 @@
+"""Training runtime concerns: the tf.distribute strategy, GPU settings, preemption
+(SIGTERM -> checkpoint -> exit 143), step timing and GPU utilisation sampling."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import List, Optional
+
+import components  # noqa: F401
+import tensorflow as tf
+import tf_keras
+
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: retryable for TFJob's ExitCode policy and KFP retries
+
+
+class Preempted(Exception):
+    """Raised after a SIGTERM-triggered checkpoint; the entry point exits with 143."""
+
+
+def cluster_workers(tf_config: Optional[str]) -> int:
+    """How many workers (chief included) TF_CONFIG names; 1 when unset."""
+    if not tf_config:
+        return 1
+    cluster = json.loads(tf_config).get("cluster", {})
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
+def is_chief(tf_config: Optional[str]) -> bool:
+    """The chief (or the only process) writes the model; other workers write to scratch."""
+    if not tf_config:
+        return True
+    cfg = json.loads(tf_config)
+    task = cfg.get("task", {})
+    if "chief" in cfg.get("cluster", {}):
+        return task.get("type") == "chief"
+    return task.get("type", "worker") == "worker" and task.get("index", 0) == 0
+
+
+def choose_strategy(name: str = "auto"):
+    """`auto`: MultiWorkerMirroredStrategy when TF_CONFIG names several workers,
+    MirroredStrategy over the GPUs of one node, else a one-device MirroredStrategy (which,
+    unlike OneDeviceStrategy, BackupAndRestore supports)."""
+    workers = cluster_workers(os.environ.get("TF_CONFIG"))
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # already initialised in this process
+            pass
+    if name == "multi_worker" or (name == "auto" and workers > 1):
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "mirrored" or (name == "auto" and len(gpus) > 1):
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.MirroredStrategy(devices=["/gpu:0" if gpus else "/cpu:0"])
+
+
+def compute_capability() -> Optional[tuple]:
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        if details.get("compute_capability"):
+            return tuple(details["compute_capability"])
+    return None
+
+
+def precision_policy(setting: str, capability: Optional[tuple]) -> str:
+    """The Keras dtype policy: float16 on compute capability 7.x, bfloat16 allowed on 8.x
+    and later (`auto` picks bfloat16 there), float32 on CPU or when `off`."""
+    if setting == "off" or capability is None:
+        return "float32"
+    if setting == "float16":
+        return "mixed_float16"
+    if setting == "bfloat16":
+        if capability[0] < 8:
+            raise ValueError(f"training.mixed_precision: bfloat16 needs compute capability 8.0+, this GPU has "
+                             f"{capability[0]}.{capability[1]}; use float16 or auto")
+        return "mixed_bfloat16"
+    return "mixed_bfloat16" if capability[0] >= 8 else "mixed_float16" if capability[0] >= 7 else "float32"
+
+
+class PreemptionGuard(tf_keras.callbacks.Callback):
+    """On SIGTERM, checkpoint through BackupAndRestore at the next step boundary and stop.
+    Under MultiWorkerMirroredStrategy every worker learns of it (a SUM all-reduce every
+    `sync_every` steps), so all of them take part in the collective save."""
+
+    def __init__(self, backup: tf_keras.callbacks.BackupAndRestore, strategy, sync_every: int = 10):
+        super().__init__()
+        self.backup, self.strategy, self.sync_every = backup, strategy, sync_every
+        self.requested = False
+        self.preempted = False
+        self._epoch = 0
+        self._multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        self._previous = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        print("SIGTERM received: checkpointing at the next step, then exiting with 143", flush=True)
+        self.requested = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _anyone_requested(self, batch: int) -> bool:
+        if not self._multi_worker:
+            return self.requested
+        if batch % self.sync_every:
+            return False
+        flag = self.strategy.reduce(
+            tf.distribute.ReduceOp.SUM,
+            self.strategy.run(lambda: tf.constant(1 if self.requested else 0)), axis=None)
+        return bool(flag.numpy() > 0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.preempted and self._anyone_requested(batch):
+            self.backup._backup(epoch=self._epoch, batch=batch)
+            self.preempted = True
+            self.model.stop_training = True
+
+
+class ResumeLog(tf_keras.callbacks.Callback):
+    """Logs where training starts: step 0, or the step BackupAndRestore restored."""
+
+    def __init__(self):
+        super().__init__()
+        self.resumed_from = 0
+
+    def on_train_begin(self, logs=None):
+        self.resumed_from = int(self.model.optimizer.iterations.numpy())
+        if self.resumed_from:
+            print(f"resumed from step {self.resumed_from} (checkpoint in the backup directory)", flush=True)
+        else:
+            print("starting from step 0 (no checkpoint found)", flush=True)
+
+
+class StepTimer(tf_keras.callbacks.Callback):
+    """Wall time of each training step (the first, which traces the function, is dropped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds: List[float] = []
+        self._started = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._started is not None:
+            self.seconds.append(time.perf_counter() - self._started)
+
+    def percentiles(self):
+        import numpy as np
+
+        steps = self.seconds[1:] or self.seconds
+        if not steps:
+            return None, None
+        return float(np.percentile(steps, 50)), float(np.percentile(steps, 95))
+
+
+class GpuSampler:
+    """Samples GPU utilisation with nvidia-smi once a second while training (no GPU or no
+    nvidia-smi: no samples)."""
+
+    def __init__(self, interval: float = 1.0):
+        self.interval = interval
+        self.samples: List[float] = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if shutil.which("nvidia-smi") and tf.config.list_physical_devices("GPU"):
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout
+                values = [float(v) for v in out.split()]
+                if values:
+                    self.samples.append(sum(values) / len(values))
+            except (OSError, ValueError, subprocess.SubprocessError):
+                return
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    @property
+    def mean(self) -> Optional[float]:
+        return sum(self.samples) / len(self.samples) if self.samples else None

@@ -1,0 +1,124 @@
+"""The real train entry point (`python -m components.train`) as separate processes:
+two workers under MultiWorkerMirroredStrategy (TF_CONFIG on loopback), and preemption:
+SIGKILL then resume, SIGTERM then checkpoint and exit 143."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, penguin_settings
+
+pytestmark = pytest.mark.unit
+
+# Enough steps that a kill lands mid-run: 120 epochs x 9 steps, a checkpoint every 25 steps.
+LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])
+
+
+def train_command(examples, stats, model_dir, backup_dir, report_dir, **settings):
+    s = penguin_settings(**settings)
+    return [sys.executable, "-m", "components.train", "--examples", examples, "--statistics", stats,
+            "--model-dir", str(model_dir), "--settings", json.dumps(s.__dict__), "--backup-dir", str(backup_dir),
+            "--report-dir", str(report_dir)]
+
+
+def env(**extra):
+    return {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **extra}
+
+
+def report(report_dir) -> dict:
+    return json.loads((Path(report_dir) / "report.json").read_text())
+
+
+def free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin_examples, penguin_validation):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    model_dir = tmp_path / "model"
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        cmd = train_command(penguin_examples, penguin_validation["statistics"], model_dir, tmp_path / "backup",
+                            tmp_path / f"report-{index}", epochs=2, batch_size=16)
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:] + outputs[0][-3000:]
+    assert (model_dir / "saved_model.pb").is_file() and (model_dir / "assets.extra").is_dir()
+    chief = report(tmp_path / "report-0")
+    assert chief["strategy"] == "MultiWorkerMirroredStrategy" and chief["workers"] == 2 and chief["replicas"] == 2
+    assert chief["global_batch_size"] == 32
+    assert not (tmp_path / "report-1").exists()  # the second worker wrote no report
+    scratch = Path(str(model_dir) + "-scratch")
+    assert not scratch.exists() or not any(scratch.rglob("saved_model.pb"))  # its model copy was discarded
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, penguin_examples, penguin_validation):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    cmd = train_command(penguin_examples, penguin_validation["statistics"], out / "model", out / "backup",
+                        out / "report", **LONG)
+    done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return report(out / "report")
+
+
+def wait_for_checkpoint(backup_dir: Path, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(backup_dir.rglob("*.index")) and any(backup_dir.rglob("checkpoint")):
+            return
+        assert proc.poll() is None, "training ended before its first checkpoint"
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_examples, penguin_validation,
+                                                             uninterrupted):
+    cmd = train_command(penguin_examples, penguin_validation["statistics"], tmp_path / "model", tmp_path / "backup",
+                        tmp_path / "report", **LONG)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_checkpoint(tmp_path / "backup", proc)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (tmp_path / "model" / "saved_model.pb").exists()
+
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    resumed = report(tmp_path / "report")
+    assert resumed["resumed_from_step"] > 0
+    assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
+    assert resumed["optimizer_steps"] == uninterrupted["optimizer_steps"] == 120 * 9
+    assert (tmp_path / "model" / "saved_model.pb").is_file()
+    assert not (tmp_path / "backup").exists()  # cleaned up once the model is whole
+
+
+def test_sigterm_checkpoints_and_exits_143_then_resumes(tmp_path, penguin_examples, penguin_validation):
+    cmd = train_command(penguin_examples, penguin_validation["statistics"], tmp_path / "model", tmp_path / "backup",
+                        tmp_path / "report", **LONG)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_checkpoint(tmp_path / "backup", proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-3000:]
+    assert "SIGTERM received" in out and "exiting with 143" in out
+    assert not (tmp_path / "model" / "saved_model.pb").exists()
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0
+    resumed = report(tmp_path / "report")
+    assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
