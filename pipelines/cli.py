@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run, rollback, manifest, upload, submit, schedule, runs.
+"""The gpupipe command line: compile, run, schema, rollback, manifest, upload, submit, schedule, runs.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -88,6 +88,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides)
     print(summary.render())
     return 0 if summary.ok else 1
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import tensorflow_data_validation as tfdv
+
+    from components.ingest.logic import ingest_data
+    from components.validate.logic import infer_schema, split_statistics
+    from pipelines.local_run import resolve_local_path
+
+    config = load_config(args.config)
+    data = config.data
+    output = Path(args.output or Path(args.config).with_name(f"{config.name}.schema.pbtxt"))
+    with tempfile.TemporaryDirectory(prefix="gpupipe-schema-") as tmp:
+        ingest_data(resolve_local_path(data.source), tmp, data.label, list(data.numeric_features),
+                    list(data.categorical_features), data.split.eval_percent, data.split.key,
+                    numeric_label=config.training.task == "regression", data_format=data.format)
+        schema = infer_schema(split_statistics(tmp, "train"), data.label)
+    tfdv.write_schema_text(schema, str(output))
+    print(f"wrote the inferred schema of {data.source} to {output}; review it, then set "
+          f"validation.schema_file: {output} in {args.config}")
+    return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -188,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-source", help="override data.source for this run")
     p.add_argument("--serving-base", help="override serving.base for this run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("schema", help="infer the data's schema and write it next to the config for review")
+    p.add_argument("config")
+    p.add_argument("--output", help="default: <config dir>/<name>.schema.pbtxt")
+    p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("rollback", help="point TF Serving's `stable` label back at an earlier version")
     p.add_argument("config")

@@ -32,8 +32,10 @@ class SplitConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    source: str = Field(description="CSV file: local path (relative to the working directory) or gs:// URI")
-    format: Literal["csv"] = "csv"
+    source: str = Field(description="a file, directory or glob (relative to the working directory), a "
+                                    "gs://bucket/prefix, object or glob, or synthetic:ctr?rows=N&seed=S")
+    format: Literal["auto", "csv", "parquet", "tfrecord"] = Field(
+        "auto", description="auto: from the file extension (.csv[.gz], .parquet, .tfrecord[.gz])")
     label: str
     numeric_features: List[str] = Field(default_factory=list)
     categorical_features: List[str] = Field(default_factory=list)
@@ -72,7 +74,19 @@ class DriftConfig(_Strict):
 
 
 class ValidationConfig(_Strict):
-    fail_on_anomalies: bool = Field(True, description="stop the run when TFDV reports a schema anomaly")
+    fail_on_anomalies: bool = Field(True, description="stop the run when TFDV reports a schema anomaly or skew")
+    warn_only: List[str] = Field(default_factory=list, description="features whose anomalies and drift only warn")
+    schema_file: Optional[str] = Field(
+        None, description="a curated schema.pbtxt (`gpupipe schema CONFIG` writes the inferred one to review); "
+                          "inferred from the train split when unset")
+    skew_threshold: float = Field(0.0, ge=0, le=1, description="train vs eval L-infinity skew per categorical "
+                                                              "feature; 0 disables")
+    statistics_engine: Literal["in_process", "beam"] = Field(
+        "in_process", description="in_process: TFDV's in-memory path batch by batch (one machine); beam: "
+                                  "generate_statistics_from_tfrecord on the runner in beam_pipeline_args")
+    beam_pipeline_args: List[str] = Field(
+        default_factory=list, description="e.g. [--runner=DataflowRunner, --project=p, --region=r, "
+                                          "--temp_location=gs://b/tmp]")
     drift: DriftConfig = DriftConfig()
 
 

@@ -67,6 +67,16 @@ def train_settings_json(config: PipelineConfig) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+def validation_settings_json(config: PipelineConfig) -> str:
+    """The validator's settings (components.validate.logic.ValidationSettings) as JSON."""
+    v = config.validation
+    return json.dumps({
+        "fail_on_anomalies": v.fail_on_anomalies, "warn_only": list(v.warn_only), "schema_path": v.schema_file or "",
+        "skew_threshold": v.skew_threshold, "engine": v.statistics_engine,
+        "beam_pipeline_args": list(v.beam_pipeline_args), "drift": v.drift.model_dump(exclude_none=True),
+    }, sort_keys=True)
+
+
 def tfjob_json(config: PipelineConfig) -> str:
     """For training.workers > 1: what the train task needs to build the TFJob; "" otherwise."""
     t = config.training
@@ -124,14 +134,13 @@ def create_pipeline(config: PipelineConfig):
         ingest_task = ingest_op(
             source=data_source, label=data.label, numeric_features=list(data.numeric_features),
             categorical_features=list(data.categorical_features), eval_percent=data.split.eval_percent,
-            split_key=data.split.key or "", numeric_label=config.training.task == "regression")
+            split_key=data.split.key or "", numeric_label=config.training.task == "regression",
+            data_format=data.format)
         ingest_task.set_display_name("Ingest data").set_caching_options(True)
 
         validate_task = validate_op(
-            examples=ingest_task.outputs["examples"], label=data.label,
-            fail_on_anomalies=config.validation.fail_on_anomalies,
-            drift=config.validation.drift.model_dump_json(exclude_none=True), serving_base=serving_base,
-            model_name=config.serving.model_name)
+            examples=ingest_task.outputs["examples"], label=data.label, settings=validation_settings_json(config),
+            serving_base=serving_base, model_name=config.serving.model_name)
         validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
 
         train_task = train_op(

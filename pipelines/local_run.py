@@ -133,10 +133,8 @@ def preflight(config: PipelineConfig, params: dict) -> None:
     """Fails fast, before any task starts, on a missing data file or a missing column."""
     data = config.data
     source = params[P_DATA_SOURCE]
-    if not is_gcs(source) and not is_synthetic(source) and not os.path.isfile(source):
-        raise GpupipeError(f"data.source: file not found: {source}; fix data.source in the config "
-                           "(relative paths start at the working directory)")
-    check_columns(source, data.label, [*data.numeric_features, *data.categorical_features], data.split.key)
+    check_columns(source, data.label, [*data.numeric_features, *data.categorical_features], data.split.key,
+                  data.format)
 
 
 def _latest_run_dir(pipeline_root: Path, name: str, before: set) -> Optional[Path]:

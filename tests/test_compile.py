@@ -1,5 +1,6 @@
 """Compiled KFP YAML: loads back with the kfp SDK, carries the cluster settings, and the
 committed files under pipelines/compiled/ are not stale."""
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,19 @@ def test_push_is_never_cached(penguins_docs):
     tasks = penguins_docs[1][0]["root"]["dag"]["tasks"]
     assert tasks["push"]["cachingOptions"] == {}
     assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
+
+
+def test_gpu_config_sets_retries_with_backoff(penguins_docs):
+    task = penguins_docs[1][0]["root"]["dag"]["tasks"]["train"]
+    assert task["retryPolicy"]["maxRetryCount"] == 2
+    assert task["retryPolicy"]["backoffDuration"] == "60s" and task["retryPolicy"]["backoffFactor"] == 2.0
+
+
+def test_multi_worker_config_requests_gpus_in_the_tfjob_not_the_launcher():
+    docs = list(yaml.safe_load_all(compile_to_text(load_config(ROOT / "configs" / "ctr.yaml"))))
+    train = docs[0]["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert "accelerator" not in train.get("resources", {})
+    tfjob = docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["tfjob"]["runtimeValue"]["constant"]
+    spec = json.loads(tfjob)
+    assert spec["workers"] == 2 and spec["gpus"] == 2 and spec["accelerator"] == "nvidia.com/gpu"
+    assert docs[0]["root"]["dag"]["tasks"]["train"]["retryPolicy"]["maxRetryCount"] == 3

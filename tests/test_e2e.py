@@ -98,3 +98,27 @@ def test_bad_data_stops_the_run_before_training(tmp_path):
     assert len(summary.errors) == 1
     assert summary.errors[0].startswith("validate: data validation found") and "feature 'island'" in summary.errors[0]
     assert not os.path.exists(serving)
+
+
+def test_custom_model_module_trains_through_the_whole_pipeline(tmp_path):
+    import yaml
+
+    from pipelines.config import parse_config
+    from pipelines.local_run import run_local
+
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["training"]["custom_model"] = "tests.custom_model_example:build"
+    summary = run_local(parse_config(raw), runs_dir=str(tmp_path / "runs"),
+                        overrides={"serving_base": str(tmp_path / "serving"), "epochs": 20})
+    assert summary.ok, summary.render()
+    report = json.loads((Path(summary.run_dir) / "train" / "report" / "report.json").read_text())
+    assert report["model"] == "tests.custom_model_example:build"
+    version = tmp_path / "serving" / "penguins" / "1"
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(version))
+    assert any(v.name.startswith("custom_hidden") for v in loaded.model.variables)
+    out = loaded.signatures["serving_default"](
+        bill_length_mm=tf.constant([39.1]), bill_depth_mm=tf.constant([18.7]), flipper_length_mm=tf.constant([181.0]),
+        body_mass_g=tf.constant([3750.0]), island=tf.constant(["Torgersen"]), sex=tf.constant(["male"]))
+    assert out["probabilities"].shape == (1, 3)

@@ -4,13 +4,14 @@ from kfp.dsl import Dataset, Output
 
 
 def ingest(source: str, label: str, numeric_features: list, categorical_features: list, eval_percent: int,
-           split_key: str, numeric_label: bool, examples: Output[Dataset]):
-    """CSV (local or gs://) -> gzip TFRecord tf.Example shards in examples/{train,eval}/ plus
-    examples/manifest.json (rows per split, source, split rule)."""
+           split_key: str, numeric_label: bool, data_format: str, examples: Output[Dataset]):
+    """CSV, Parquet or TFRecord (a file, directory, glob or gs:// prefix) -> gzip TFRecord
+    tf.Example shards in examples/{train,eval}/ plus examples/manifest.json (rows per split,
+    source files with sizes, split rule, feature types)."""
     from components.ingest.logic import run_ingest
 
     manifest = run_ingest(source, examples.path, label, numeric_features, categorical_features, eval_percent, split_key,
-                          numeric_label)
+                          numeric_label, data_format)
     examples.metadata.update({"rows": manifest["rows"], "source": manifest["source"]})
 
 

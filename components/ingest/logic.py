@@ -1,4 +1,5 @@
-"""Ingest: a CSV file into gzip TFRecord shards of tf.train.Example, one folder per split.
+"""Ingest: CSV, Parquet or TFRecord into gzip TFRecord shards of tf.train.Example, one
+folder per split (reading: components/ingest/sources.py).
 
 Rows are read in Arrow batches and written as they come, so memory stays flat. The
 train/eval split is a deterministic hash of a key column (or of the whole row): the
@@ -7,154 +8,57 @@ feature (an empty Feature), never 0 or "nan".
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
-import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from components import names
 from components.errors import GpupipeError, reports_errors
-from components.ingest import synthetic
-from components.io import open_for_reading, size_of
+from components.ingest import sources
 
 SHARD_ROWS = 200_000
-READ_BLOCK_BYTES = 4 << 20
+# gzip level 1: measured in bench/data.py, it compresses within a few % of level 6 on
+# tf.Example records and is several times faster (gzip was ingest's bottleneck).
+GZIP_LEVEL = 1
 # The hash key is fixed, so splits never depend on the process or the machine.
 _HASH_KEY = "gpupipe-split-v1"
 
 
-def _read_header(source: str) -> List[str]:
-    with open_for_reading(source, "data.source") as f:
-        first = f.readline()
-    if not first.strip():
-        raise GpupipeError(f"data.source: {source} is empty; point data.source at a CSV file with a header row")
-    try:
-        text = first.decode("utf-8")
-    except UnicodeDecodeError:
-        raise GpupipeError(f"data.source: {source} line 1 is not UTF-8; re-encode the file as UTF-8") from None
-    return [c.strip().strip('"') for c in text.rstrip("\r\n").split(",")]
-
-
-def source_columns(source: str) -> List[str]:
-    """The column names a source offers."""
-    if synthetic.is_synthetic(source):
-        synthetic.parse_source(source)
-        return synthetic.columns()
-    return _read_header(source)
-
-
-def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None) -> List[str]:
-    """Fails with one line when the label, a feature or the split key is not a column."""
-    header = source_columns(source)
+def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,
+                  data_format: str = "auto") -> List[str]:
+    """Fails with one line when the label, a feature or the split key is not a column of
+    the source's first file."""
+    first = sources.resolve(source, data_format)[0]
+    header = sources.columns_of(first)
+    where = first.uri
     if label not in header:
         raise GpupipeError(
-            f"data.label: column '{label}' not found in {source} (columns: {', '.join(header)}); fix data.label")
-    missing = [f for f in features if f not in header]
-    if missing:
-        raise GpupipeError(
-            f"data features: column(s) {', '.join(missing)} not found in {source} (columns: {', '.join(header)}); "
-            "fix data.numeric_features / data.categorical_features")
+            f"data.label: column '{label}' not found in {where} (columns: {', '.join(header)}); fix data.label")
+    if first.format != "tfrecord":  # a tf.Example may leave a feature out: that is a missing value
+        missing = [f for f in features if f not in header]
+        if missing:
+            raise GpupipeError(
+                f"data features: column(s) {', '.join(missing)} not found in {where} (columns: {', '.join(header)}); "
+                "fix data.numeric_features / data.categorical_features")
     if split_key and split_key not in header:
-        raise GpupipeError(f"data.split.key: column '{split_key}' not found in {source}; fix data.split.key")
+        raise GpupipeError(f"data.split.key: column '{split_key}' not found in {where}; fix data.split.key")
     return header
 
 
-def _column_types(label: str, numeric: List[str], categorical: List[str],
-                  numeric_label: bool = False) -> Dict[str, pa.DataType]:
-    types = {name: pa.float32() for name in numeric}
+def column_types(label: str, numeric: List[str], categorical: List[str],
+                 numeric_label: bool = False) -> Dict[str, pa.DataType]:
+    """Declared kinds -> Arrow types: numeric float32, categorical string; the label is a
+    string (classification) or float32 (regression)."""
+    types = {label: pa.float32() if numeric_label else pa.string()}
+    types.update({name: pa.float32() for name in numeric})
     types.update({name: pa.string() for name in categorical})
-    types[label] = pa.float32() if numeric_label else pa.string()
     return types
-
-
-def read_synthetic_batches(source: str, label: str, numeric: List[str], categorical: List[str],
-                           numeric_label: bool = False) -> Iterator[pa.RecordBatch]:
-    """The declared columns of the synthetic CTR table, typed like a file source's."""
-    rows, seed = synthetic.parse_source(source)
-    types = _column_types(label, numeric, categorical, numeric_label)
-    for batch in synthetic.ctr_batches(rows, seed):
-        yield pa.RecordBatch.from_arrays(
-            [batch.column(batch.schema.get_field_index(c)).cast(types[c]) for c in [label, *numeric, *categorical]],
-            [label, *numeric, *categorical])
-
-
-def read_csv_batches(source: str, label: str, numeric: List[str], categorical: List[str],
-                     numeric_label: bool = False) -> Iterator[pa.RecordBatch]:
-    """Streams the declared columns of a CSV as Arrow record batches with the declared types."""
-    if synthetic.is_synthetic(source):
-        yield from read_synthetic_batches(source, label, numeric, categorical, numeric_label)
-        return
-    columns = [label, *numeric, *categorical]
-    stream = open_for_reading(source, "data.source")
-    try:
-        reader = pacsv.open_csv(
-            stream,
-            read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES),
-            convert_options=pacsv.ConvertOptions(
-                column_types=_column_types(label, numeric, categorical, numeric_label),
-                include_columns=columns,
-                strings_can_be_null=True,
-            ),
-        )
-        for batch in reader:
-            yield batch
-    except pa.ArrowInvalid as err:
-        raise GpupipeError(_explain_arrow_error(source, _arrow_message(err),
-                                                set(numeric) | ({label} if numeric_label else set()))) from None
-    finally:
-        stream.close()
-
-
-_COLUMN_NO = re.compile(r"In CSV column #(\d+): ")
-
-
-def _explain_arrow_error(source: str, message: str, numeric: set) -> str:
-    """Arrow names a column by position and no row; name both, found by rescanning the file."""
-    m = _COLUMN_NO.search(message)
-    if not m:
-        return f"data.source: {source}: {message}"
-    header = _read_header(source)
-    column = header[int(m.group(1))] if int(m.group(1)) < len(header) else f"#{m.group(1)}"
-    detail = _COLUMN_NO.sub("", message)
-    where = ""
-    if column in numeric:
-        where = _first_non_numeric(source, header.index(column))
-        return (f"data.source: {source}{where}: column '{column}' is declared numeric but holds "
-                f"{detail.split('invalid value ')[-1]}; fix the data or move '{column}' to categorical_features")
-    return f"data.source: {source}: column '{column}': {detail}"
-
-
-def _first_non_numeric(source: str, index: int) -> str:
-    with open_for_reading(source, "data.source") as raw:
-        rows = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=""))
-        next(rows, None)
-        for line_no, row in enumerate(rows, start=2):
-            value = row[index].strip() if index < len(row) else ""
-            if value in _NULLS:
-                continue
-            try:
-                float(value)
-            except ValueError:
-                return f" line {line_no}"
-    return ""
-
-
-# Arrow's default null spellings (pyarrow.csv.ConvertOptions.null_values).
-_NULLS = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
-          "NULL", "NaN", "n/a", "nan", "null"}
-
-
-def _arrow_message(err: Exception) -> str:
-    # Arrow's messages carry useful detail (column, value, row) but can span lines.
-    return " ".join(str(err).split())
 
 
 def split_is_eval(batch: pa.RecordBatch, eval_percent: int, key: Optional[str]) -> np.ndarray:
@@ -186,21 +90,29 @@ def encode_examples(batch: pa.RecordBatch) -> List[bytes]:
 
 
 class _ShardWriter:
-    """Writes gzip TFRecord shards of at most `shard_rows` records into one split folder."""
+    """Writes gzip TFRecord shards of at most `shard_rows` records into one split folder.
+    Records are written in a background thread (TFRecordWriter releases the GIL while it
+    compresses), so encoding the next batch overlaps with gzip of this one."""
 
-    def __init__(self, directory: str, shard_rows: int):
+    def __init__(self, directory: str, shard_rows: int, compression_level: int):
         import tensorflow as tf
 
         self._tf = tf
         self._dir = directory
         self._shard_rows = shard_rows
+        self._options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
         self._writer = None
         self._in_shard = 0
+        self._pending = None
         self.shards = 0
         self.rows = 0
         tf.io.gfile.makedirs(directory)
 
     def write(self, records: List[bytes]) -> None:
+        self.wait()
+        self._pending = _POOL.submit(self._write, records)
+
+    def _write(self, records: List[bytes]) -> None:
         for record in records:
             if self._writer is None or self._in_shard >= self._shard_rows:
                 self._roll()
@@ -208,20 +120,29 @@ class _ShardWriter:
             self._in_shard += 1
             self.rows += 1
 
+    def wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
     def _roll(self) -> None:
         if self._writer is not None:
             self._writer.close()
         path = os.path.join(self._dir, f"part-{self.shards:05d}.tfrecord.gz")
-        self._writer = self._tf.io.TFRecordWriter(path, options=self._tf.io.TFRecordOptions(compression_type="GZIP"))
+        self._writer = self._tf.io.TFRecordWriter(path, options=self._options)
         self.shards += 1
         self._in_shard = 0
 
     def close(self) -> None:
+        self.wait()
         if self._writer is not None:
             self._writer.close()
 
 
-def ingest_csv(
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpupipe-shard-writer")
+
+
+def ingest_data(
     source: str,
     output_dir: str,
     label: str,
@@ -231,28 +152,42 @@ def ingest_csv(
     split_key: Optional[str] = None,
     shard_rows: int = SHARD_ROWS,
     numeric_label: bool = False,
+    data_format: str = "auto",
+    compression_level: int = GZIP_LEVEL,
 ) -> dict:
-    """Reads `source` (CSV, local or gs://) and writes `output_dir/{train,eval}/part-*.tfrecord.gz`
-    plus `output_dir/manifest.json`. Returns the manifest."""
-    check_columns(source, label, [*numeric_features, *categorical_features], split_key)
-    writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows) for split in names.SPLITS}
+    """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
+    or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
+    `output_dir/manifest.json`. Returns the manifest."""
+    files = sources.resolve(source, data_format)
+    check_columns(source, label, [*numeric_features, *categorical_features], split_key, data_format)
+    types = column_types(label, numeric_features, categorical_features, numeric_label)
+    writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows, compression_level)
+               for split in names.SPLITS}
     dropped_no_label = 0
+    per_file = []
     try:
-        for batch in read_csv_batches(source, label, numeric_features, categorical_features, numeric_label):
-            has_label = pc.is_valid(batch.column(label))
-            dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
-            batch = batch.filter(has_label)
-            if batch.num_rows == 0:
-                continue
-            is_eval = split_is_eval(batch, eval_percent, split_key)
-            writers[names.EVAL_SPLIT].write(encode_examples(batch.filter(pa.array(is_eval))))
-            writers[names.TRAIN_SPLIT].write(encode_examples(batch.filter(pa.array(~is_eval))))
+        for f in files:
+            file_rows = 0
+            for batch in sources.read_batches(f, types):
+                has_label = pc.is_valid(batch.column(0))
+                dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
+                batch = batch.filter(has_label)
+                if batch.num_rows == 0:
+                    continue
+                file_rows += batch.num_rows
+                is_eval = split_is_eval(batch, eval_percent, split_key)
+                eval_records = encode_examples(batch.filter(pa.array(is_eval)))
+                train_records = encode_examples(batch.filter(pa.array(~is_eval)))
+                writers[names.EVAL_SPLIT].write(eval_records)
+                writers[names.TRAIN_SPLIT].write(train_records)
+            per_file.append({"uri": f.uri, "bytes": f.size, "rows": file_rows})
     finally:
         for writer in writers.values():
             writer.close()
     rows = {split: w.rows for split, w in writers.items()}
     if sum(rows.values()) == 0:
-        raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file with data")
+        raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
+                           "with data")
     for split, count in rows.items():
         if count == 0:
             raise GpupipeError(
@@ -260,22 +195,27 @@ def ingest_csv(
                 "add rows or change data.split.eval_percent")
     manifest = {
         "source": source,
-        "source_bytes": 0 if synthetic.is_synthetic(source) else size_of(source),
-        "format": "csv",
+        "format": files[0].format,
+        "files": per_file,
+        "source_bytes": sum(f.size for f in files),
         "rows": rows,
         "shards": {split: w.shards for split, w in writers.items()},
         "rows_dropped_missing_label": dropped_no_label,
         "split": {"rule": "hash", "key": split_key or "<whole row>", "eval_percent": eval_percent},
         "label": label,
+        "label_type": "numeric" if numeric_label else "categorical",
         "features": {
             **{name: "numeric" for name in numeric_features},
             **{name: "categorical" for name in categorical_features},
         },
-        "compression": "GZIP",
+        "compression": {"type": "GZIP", "level": compression_level},
     }
-    with open(os.path.join(output_dir, names.MANIFEST_FILE), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+    with open(os.path.join(output_dir, names.MANIFEST_FILE), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2)
     return manifest
+
+
+ingest_csv = ingest_data  # the name of the first, CSV-only version
 
 
 def examples_pattern(examples_dir: str, split: str) -> str:
@@ -286,7 +226,7 @@ def examples_pattern(examples_dir: str, split: str) -> str:
 @reports_errors("ingest")
 def run_ingest(source: str, output_dir: str, label: str, numeric_features: List[str],
                categorical_features: List[str], eval_percent: int, split_key: str = "",
-               numeric_label: bool = False) -> dict:
+               numeric_label: bool = False, data_format: str = "auto") -> dict:
     """The ingest step as the component calls it (`split_key` "" means: hash the whole row)."""
-    return ingest_csv(source, output_dir, label, numeric_features, categorical_features, eval_percent,
-                      split_key or None, numeric_label=numeric_label)
+    return ingest_data(source, output_dir, label, numeric_features, categorical_features, eval_percent,
+                       split_key or None, numeric_label=numeric_label, data_format=data_format)

@@ -100,3 +100,110 @@ def test_shards_roll_over(tmp_path, make_csv):
                           eval_percent=10, shard_rows=20)
     assert manifest["shards"]["train"] == len(glob.glob(examples_pattern(str(tmp_path / "o"), "train"))) >= 4
     assert os.path.isfile(tmp_path / "o" / "manifest.json")
+
+
+# ---------------------------------------------------------------- sources and formats
+def _table(n=60):
+    import pyarrow as pa
+
+    return pa.table({"label": [("a" if i % 2 else "b") for i in range(n)],
+                     "x": [None if i % 7 == 0 else float(i) + 0.5 for i in range(n)],
+                     "color": [("red" if i % 3 else None) for i in range(n)]})
+
+
+def _all_x(out):
+    return sorted(e.features.feature["x"].float_list.value[0] if e.features.feature["x"].float_list.value else -1
+                  for split in ("train", "eval") for e in read_examples(out, split))
+
+
+def test_parquet_csv_and_tfrecord_sources_give_the_same_examples(tmp_path):
+    import gzip
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = _table()
+    pq.write_table(table, tmp_path / "d.parquet")
+    pacsv.write_csv(table, tmp_path / "d.csv")
+    with open(tmp_path / "d.csv", "rb") as src, gzip.open(tmp_path / "d.csv.gz", "wb") as dst:
+        dst.write(src.read())
+    ingest_csv(str(tmp_path / "d.csv"), str(tmp_path / "from-csv"), "label", ["x"], ["color"], eval_percent=30)
+    results = {}
+    for name in ("d.parquet", "d.csv.gz"):
+        out = str(tmp_path / f"from-{name}")
+        results[name] = ingest_csv(str(tmp_path / name), out, "label", ["x"], ["color"], eval_percent=30)
+        assert _all_x(out) == _all_x(str(tmp_path / "from-csv"))
+    # TFRecord in: the CSV ingest's own output shards, as a glob
+    out = str(tmp_path / "from-tfrecord")
+    manifest = ingest_csv(str(tmp_path / "from-csv" / "*" / "part-*.tfrecord.gz"), out, "label", ["x"], ["color"],
+                          eval_percent=30)
+    assert manifest["format"] == "tfrecord" and sum(manifest["rows"].values()) == 60
+    assert _all_x(out) == _all_x(str(tmp_path / "from-csv"))
+    # the same rows land in the same split whatever the format
+    assert results["d.parquet"]["rows"] == results["d.csv.gz"]["rows"] == manifest["rows"]
+
+
+def test_directory_source_reads_every_file_and_lists_them(tmp_path, make_csv):
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.csv").write_text(HEADER + rows_text(30))
+    (d / "b.csv").write_text(HEADER + rows_text(20))
+    (d / "_SUCCESS").write_text("")
+    manifest = ingest_csv(str(d), str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=30)
+    assert sum(manifest["rows"].values()) == 50
+    assert [(f["uri"].rsplit("/", 1)[-1], f["rows"]) for f in manifest["files"]] == [("a.csv", 30), ("b.csv", 20)]
+    assert all(f["bytes"] > 0 for f in manifest["files"])
+
+
+def test_source_from_gcs_prefix_through_the_emulator(tmp_path, monkeypatch):
+    from components.io import gcs_client
+    from tests.fixtures.gcs import gcs_emulator
+
+    with gcs_emulator(monkeypatch) as bucket:
+        b = gcs_client().bucket(bucket)
+        b.blob("raw/part-1.csv").upload_from_string(HEADER + rows_text(40))
+        b.blob("raw/part-2.csv").upload_from_string(HEADER + rows_text(25))
+        manifest = ingest_csv(f"gs://{bucket}/raw", str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=30)
+        assert sum(manifest["rows"].values()) == 65
+        assert [f["uri"] for f in manifest["files"]] == [f"gs://{bucket}/raw/part-1.csv", f"gs://{bucket}/raw/part-2.csv"]
+        with pytest.raises(GpupipeError, match=f"data.source: gs://{bucket}/raw/nope.csv does not exist"):
+            ingest_csv(f"gs://{bucket}/raw/nope.csv", str(tmp_path / "o2"), "label", ["x"], ["color"])
+
+
+def _truncated_parquet(tmp_path):
+    import pyarrow.parquet as pq
+
+    pq.write_table(_table(), tmp_path / "t.parquet")
+    data = (tmp_path / "t.parquet").read_bytes()
+    (tmp_path / "t.parquet").write_bytes(data[: len(data) // 2])
+    return str(tmp_path / "t.parquet")
+
+
+def _truncated_gzip(tmp_path):
+    import gzip
+
+    data = gzip.compress((HEADER + rows_text(2000)).encode())
+    (tmp_path / "t.csv.gz").write_bytes(data[: len(data) // 2])
+    return str(tmp_path / "t.csv.gz")
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: str(p / "none-*.csv"), "matches no files"),
+    (lambda p: (p / "empty-dir").mkdir() or str(p / "empty-dir"), "is an empty directory"),
+    (lambda p: write(p / "r.csv", HEADER + "a,1.0,red\nb,2.0,red,extra\n"), "line 3: row has a different number "
+                                                                             "of fields than the header's 3"),
+    (lambda p: write(p / "u.csv", HEADER.encode() + b"a,1.0,red\nb,2.0,r\xe9d\n"), "line 3: bytes that are not UTF-8"),
+    (_truncated_parquet, "is not a readable Parquet file, truncated or corrupt"),
+    (_truncated_gzip, "is truncated or not valid gzip"),
+])
+def test_unreadable_sources_fail_with_one_line(tmp_path, make, expected):
+    source = make(tmp_path)
+    with pytest.raises(GpupipeError) as err:
+        ingest_csv(source, str(tmp_path / "o"), "label", ["x"], ["color"])
+    message = str(err.value)
+    assert expected in message and "\n" not in message and message.startswith("data.source: ")
+
+
+def write(path, content):
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(path)

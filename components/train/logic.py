@@ -167,8 +167,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         "train_examples": train_rows,
         "replicas": replicas,
         "workers": cluster_workers(tf_config),
-        "strategy": ("MultiWorkerMirroredStrategy" if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                     else type(strategy).__name__),
+        "strategy": strategy_name(strategy),
         "global_batch_size": global_batch,
         "learning_rate": learning_rate,
         "precision_policy": policy,
@@ -183,6 +182,16 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         "model": s.custom_model or s.model,
         "chief": chief,
     }
+
+
+def strategy_name(strategy) -> str:
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+        return "default (one device)"
+    return type(strategy).__name__
 
 
 def compute_only_step_seconds(model, dataset, strategy, steps: int = 30) -> Optional[float]:

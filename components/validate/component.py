@@ -3,7 +3,7 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Output
 
 
-def validate(examples: Input[Dataset], label: str, fail_on_anomalies: bool, drift: str, serving_base: str,
+def validate(examples: Input[Dataset], label: str, settings: str, serving_base: str,
              model_name: str, statistics: Output[Artifact], schema: Output[Artifact], anomalies: Output[Artifact],
              summary: Output[Markdown], report: Output[HTML]):
     """TFDV statistics (train and eval), inferred schema.pbtxt, anomalies per split and the
@@ -12,7 +12,7 @@ def validate(examples: Input[Dataset], label: str, fail_on_anomalies: bool, drif
     from components.validate.logic import run_validate
 
     result = run_validate(examples.path, label, statistics.path, schema.path, anomalies.path, summary.path,
-                          report.path, fail_on_anomalies, drift, serving_base, model_name)
+                          report.path, settings, serving_base, model_name)
     anomalies.metadata.update({k: result[k] for k in ("anomalies", "drift", "baseline")})
     statistics.metadata.update({"examples": result["examples"]})
 

@@ -6,9 +6,9 @@ anomalies raise a GpupipeError whose one line lists every anomaly.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -16,33 +16,79 @@ from components import names
 from components.errors import GpupipeError, reports_errors
 from components.ingest.logic import examples_pattern
 
-READ_BATCH = 50_000
+READ_BATCH = 20_000
 
 
-def _read_split_records(examples_dir: str, split: str) -> List[bytes]:
+def _split_files(examples_dir: str, split: str) -> List[str]:
     import tensorflow as tf
 
-    files = sorted(glob.glob(examples_pattern(examples_dir, split)))
+    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, split)))
     if not files:
         raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
-    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    return [record.numpy() for record in dataset]
+    return files
 
 
-def split_statistics(examples_dir: str, split: str):
-    """TFDV statistics (a DatasetFeatureStatisticsList with one dataset named `split`)."""
-    import pyarrow as pa
+def feature_schema(examples_dir: str):
+    """A minimal TFMD schema (names and types) from the ingest manifest, so every decoded
+    batch has the same Arrow types even when a batch holds only missing values."""
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    path = os.path.join(examples_dir, names.MANIFEST_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        manifest = json.load(f)
+    types = dict(manifest.get("features", {}))
+    types[manifest["label"]] = manifest.get("label_type", "categorical")
+    schema = schema_pb2.Schema()
+    for name, kind in types.items():
+        feature = schema.feature.add(name=name)
+        feature.type = schema_pb2.FLOAT if kind == "numeric" else schema_pb2.BYTES
+    return schema
+
+
+def split_statistics(examples_dir: str, split: str, options=None):
+    """TFDV statistics of one split (a DatasetFeatureStatisticsList with one dataset named
+    `split`), computed in process batch by batch: each Arrow batch (decoded by tfx_bsl)
+    feeds TFDV's combiners, whose accumulators are merged, so memory stays flat."""
+    import tensorflow as tf
     import tensorflow_data_validation as tfdv
     from tensorflow_data_validation.statistics import stats_impl
     from tfx_bsl.coders import example_coder
 
-    records = _read_split_records(examples_dir, split)
-    decoder = example_coder.ExamplesToRecordBatchDecoder()
-    batches = [decoder.DecodeBatch(records[i:i + READ_BATCH]) for i in range(0, len(records), READ_BATCH)]
-    table = pa.Table.from_batches(batches) if len(batches) == 1 else pa.concat_tables(
-        [pa.Table.from_batches([b]) for b in batches], promote=True)
-    record_batch = table.combine_chunks().to_batches()[0]
-    stats = stats_impl.generate_statistics_in_memory(record_batch, tfdv.StatsOptions())
+    options = options or tfdv.StatsOptions()
+    generators = stats_impl.get_generators(options, in_memory=True)
+    schema = feature_schema(examples_dir)
+    decoder = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString() if schema else None)
+    records = tf.data.TFRecordDataset(_split_files(examples_dir, split), compression_type="GZIP",
+                                      num_parallel_reads=2).batch(READ_BATCH).prefetch(2)
+    accumulators, batches = None, 0
+    for batch in records:
+        partial = stats_impl.generate_partial_statistics_in_memory(
+            decoder.DecodeBatch(list(batch.numpy())), options, generators)
+        accumulators = partial if accumulators is None else [
+            g.merge_accumulators([a, p]) for g, a, p in zip(generators, accumulators, partial)]
+        batches += 1
+        if batches % 8 == 0:
+            accumulators = [g.compact(a) for g, a in zip(generators, accumulators)]
+    if accumulators is None:
+        raise GpupipeError(f"examples: the {split} split under {examples_dir} holds no examples; check ingest's output")
+    stats = stats_impl.extract_statistics_output(accumulators, generators)
+    stats.datasets[0].name = split
+    return stats
+
+
+def beam_split_statistics(examples_dir: str, split: str, pipeline_args: List[str], options=None):
+    """The same statistics through Beam (`generate_statistics_from_tfrecord`): the path for
+    data beyond one machine, on the runner the arguments name (Dataflow, Flink, Spark)."""
+    import tensorflow_data_validation as tfdv
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    _split_files(examples_dir, split)
+    stats = tfdv.generate_statistics_from_tfrecord(
+        data_location=examples_pattern(examples_dir, split), stats_options=options or tfdv.StatsOptions(),
+        pipeline_options=PipelineOptions(pipeline_args or []))
     stats.datasets[0].name = split
     return stats
 
@@ -119,24 +165,69 @@ def set_drift_comparators(schema, settings: DriftSettings) -> None:
             feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
 
 
-def validate_examples(examples_dir: str, label: str, schema_path: Optional[str] = None,
-                      baseline_stats=None, baseline_name: str = "", drift: Optional[DriftSettings] = None
-                      ) -> ValidationResult:
-    """Statistics for each split, the schema (inferred from train, or read from
-    `schema_path`), the anomalies of each split against it, and, given baseline train
+@dataclass
+class ValidationSettings:
+    """How to validate; the config's `validation:` section maps onto it."""
+
+    fail_on_anomalies: bool = True
+    warn_only: List[str] = field(default_factory=list)  # features whose anomalies only warn
+    schema_path: str = ""  # a curated schema.pbtxt; inferred from the train split when empty
+    skew_threshold: float = 0.0  # train vs eval: L-infinity (categorical); 0 disables
+    engine: str = "in_process"  # or "beam"
+    beam_pipeline_args: List[str] = field(default_factory=list)
+    drift: DriftSettings = field(default_factory=DriftSettings)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ValidationSettings":
+        raw = json.loads(text or "{}")
+        drift = DriftSettings(**{k: v for k, v in raw.pop("drift", {}).items() if k != "baseline_statistics"})
+        return cls(drift=drift, **raw)
+
+
+def compute_statistics(examples_dir: str, settings: ValidationSettings) -> Dict[str, object]:
+    if settings.engine == "beam":
+        return {split: beam_split_statistics(examples_dir, split, settings.beam_pipeline_args)
+                for split in names.SPLITS}
+    return {split: split_statistics(examples_dir, split) for split in names.SPLITS}
+
+
+def validate_examples(examples_dir: str, label: str, settings: Optional[ValidationSettings] = None,
+                      baseline_stats=None, baseline_name: str = "") -> ValidationResult:
+    """Statistics for each split, the schema (inferred from train, or the curated one), the
+    anomalies of each split against it, train/eval skew, and, given baseline train
     statistics, the drift of this train split from them."""
     import tensorflow_data_validation as tfdv
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    statistics = {split: split_statistics(examples_dir, split) for split in names.SPLITS}
-    schema = tfdv.load_schema_text(schema_path) if schema_path else infer_schema(statistics[names.TRAIN_SPLIT], label)
+    settings = settings or ValidationSettings()
+    statistics = compute_statistics(examples_dir, settings)
+    if settings.schema_path:
+        import tensorflow as tf
+
+        if not tf.io.gfile.exists(settings.schema_path):
+            raise GpupipeError(f"validation.schema: {settings.schema_path} not found; write one with "
+                               "`gpupipe schema CONFIG` or remove the key to infer it")
+        schema = tfdv.load_schema_text(settings.schema_path)
+    else:
+        schema = infer_schema(statistics[names.TRAIN_SPLIT], label)
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
+    if settings.skew_threshold:
+        skew_schema = type(schema)()
+        skew_schema.CopyFrom(schema)
+        for feature in skew_schema.feature:
+            if feature.type == 1:  # BYTES
+                feature.skew_comparator.infinity_norm.threshold = settings.skew_threshold
+        skew = tfdv.validate_statistics(statistics[names.TRAIN_SPLIT], skew_schema,
+                                        serving_statistics=statistics[names.EVAL_SPLIT])
+        problems += [line.replace("train:", "train vs eval (skew):", 1)
+                     for line in describe_anomalies(names.TRAIN_SPLIT, skew, drift=True)]
+        anomalies["skew"] = skew
     drift_lines = []
     if baseline_stats is not None:
         drift_schema = type(schema)()
         drift_schema.CopyFrom(schema)
-        set_drift_comparators(drift_schema, drift or DriftSettings())
+        set_drift_comparators(drift_schema, settings.drift)
         previous = statistics_pb2.DatasetFeatureStatisticsList(datasets=[baseline_stats])
         drift_anomalies = tfdv.validate_statistics(statistics[names.TRAIN_SPLIT], drift_schema,
                                                    previous_statistics=previous)
@@ -145,6 +236,11 @@ def validate_examples(examples_dir: str, label: str, schema_path: Optional[str] 
         anomalies["drift"] = drift_anomalies
     return ValidationResult(statistics=statistics, schema=schema, anomalies=anomalies, problems=problems,
                             drift=drift_lines, baseline=baseline_name)
+
+
+def _feature_of(line: str) -> str:
+    m = re.search(r"feature '([^']+)'", line)
+    return m.group(1) if m else ""
 
 
 VALIDATION_FILE = "validation.json"
@@ -236,14 +332,17 @@ def load_baseline(serving_base: str, model_name: str, baseline_statistics: str =
 
 
 def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                   report_html: str, fail_on_anomalies: bool = True, schema_path: Optional[str] = None,
-                   baseline_stats=None, baseline_name: str = "", drift: Optional[DriftSettings] = None,
-                   summary_md: str = "") -> ValidationResult:
-    """The validate step: writes every output, then fails on anomalies (and on drift, when
-    it is blocking) when told to."""
-    result = validate_examples(examples_dir, label, schema_path, baseline_stats, baseline_name, drift)
+                   report_html: str, settings: Optional[ValidationSettings] = None, baseline_stats=None,
+                   baseline_name: str = "", summary_md: str = "") -> ValidationResult:
+    """The validate step: writes every output, then fails on blocking anomalies (schema
+    anomalies and skew unless `fail_on_anomalies` is off or the feature is warn-only;
+    drift when `drift.blocking`)."""
+    settings = settings or ValidationSettings()
+    result = validate_examples(examples_dir, label, settings, baseline_stats, baseline_name)
     write_outputs(result, statistics_dir, schema_dir, anomalies_dir, report_html, summary_md)
-    blocking = (result.problems if fail_on_anomalies else []) + (result.drift if (drift or DriftSettings()).blocking else [])
+    warn_only = set(settings.warn_only)
+    blocking = [line for line in result.problems if settings.fail_on_anomalies and _feature_of(line) not in warn_only]
+    blocking += [line for line in result.drift if settings.drift.blocking and _feature_of(line) not in warn_only]
     if blocking:
         raise GpupipeError(
             f"data validation found {len(blocking)} anomal{'y' if len(blocking) == 1 else 'ies'}: "
@@ -254,14 +353,13 @@ def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_di
 
 @reports_errors("validate")
 def run_validate(examples_dir: str, label: str, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                 summary_md: str, report_html: str, fail_on_anomalies: bool, drift_json: str = "{}",
-                 serving_base: str = "", model_name: str = "") -> dict:
+                 summary_md: str, report_html: str, settings_json: str = "{}", serving_base: str = "",
+                 model_name: str = "") -> dict:
     """The validate step as the component calls it; returns counts for the artifact metadata."""
-    settings = json.loads(drift_json or "{}")
-    baseline_file = settings.pop("baseline_statistics", None) or ""
-    drift = DriftSettings(**settings)
+    baseline_file = json.loads(settings_json or "{}").get("drift", {}).get("baseline_statistics") or ""
+    settings = ValidationSettings.from_json(settings_json)
     baseline_stats, baseline_name = load_baseline(serving_base, model_name, baseline_file)
-    result = run_validation(examples_dir, label, statistics_dir, schema_dir, anomalies_dir, report_html,
-                            fail_on_anomalies, None, baseline_stats, baseline_name, drift, summary_md)
+    result = run_validation(examples_dir, label, statistics_dir, schema_dir, anomalies_dir, report_html, settings,
+                            baseline_stats, baseline_name, summary_md)
     return {"anomalies": len(result.problems), "drift": len(result.drift), "baseline": result.baseline,
             "examples": {s: int(result.statistics[s].datasets[0].num_examples) for s in names.SPLITS}}

@@ -8,7 +8,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.errors import GpupipeError
 from components.ingest.logic import ingest_csv
-from components.validate.logic import load_statistics, run_validation
+from components.validate.logic import ValidationSettings, load_statistics, run_validation
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +56,7 @@ def test_anomalies_only_warn_when_configured(tmp_path):
     rows += "".join(f"b,{i}.0,green{i}\n" for i in range(60))
     examples = _ingest(tmp_path, "label,x,color\n" + rows)
     result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
-                            str(tmp_path / "r.html"), fail_on_anomalies=False)
+                            str(tmp_path / "r.html"), ValidationSettings(fail_on_anomalies=False))
     assert any("color" in p for p in result.problems)
 
 
@@ -88,8 +88,8 @@ def test_numeric_drift_past_threshold_against_baseline_fails(tmp_path, penguins_
     examples = _shifted_penguins(tmp_path, penguins_csv, "body_mass_g", 1.6)
     with pytest.raises(GpupipeError) as err:
         run_validation(examples, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
-                       str(tmp_path / "r.html"), baseline_stats=baseline, baseline_name="served version 1",
-                       drift=DriftSettings(numeric_threshold=0.3))
+                       str(tmp_path / "r.html"), ValidationSettings(drift=DriftSettings(numeric_threshold=0.3)),
+                       baseline_stats=baseline, baseline_name="served version 1")
     message = str(err.value)
     assert "train vs served version 1: feature 'body_mass_g'" in message and "Jensen-Shannon" in message
     assert "bill_length_mm" not in message  # unshifted columns do not drift
@@ -107,6 +107,67 @@ def test_same_data_does_not_drift_and_warn_only_drift_passes(tmp_path, penguins_
     assert result.ok and result.baseline == "served version 1"
     shifted = _shifted_penguins(tmp_path, penguins_csv, "flipper_length_mm", 1.5)
     result = run_validation(shifted, "species", str(tmp_path / "s2"), str(tmp_path / "c2"), str(tmp_path / "a2"),
-                            str(tmp_path / "r2.html"), baseline_stats=baseline, baseline_name="served version 1",
-                            drift=DriftSettings(blocking=False))
+                            str(tmp_path / "r2.html"), ValidationSettings(drift=DriftSettings(blocking=False)),
+                            baseline_stats=baseline, baseline_name="served version 1")
     assert [line.split(":")[1].strip() for line in result.drift] == ["feature 'flipper_length_mm'"]
+
+
+def test_in_process_statistics_match_tfdv_on_beam(penguin_examples, penguin_validation):
+    """The batch-by-batch in-process path and generate_statistics_from_tfrecord on Beam's
+    DirectRunner agree on counts and means."""
+    from components.validate.logic import beam_split_statistics, split_statistics
+
+    fast = split_statistics(penguin_examples, "train").datasets[0]
+    beam = beam_split_statistics(penguin_examples, "train", ["--runner=DirectRunner"]).datasets[0]
+    assert fast.num_examples == beam.num_examples
+    by_name = lambda d: {f.path.step[0]: f for f in d.features}  # noqa: E731
+    for name, feature in by_name(fast).items():
+        other = by_name(beam)[name]
+        if feature.HasField("num_stats"):
+            assert feature.num_stats.mean == pytest.approx(other.num_stats.mean, rel=1e-6)
+            assert feature.num_stats.common_stats.num_non_missing == other.num_stats.common_stats.num_non_missing
+        else:
+            assert feature.string_stats.unique == other.string_stats.unique
+
+
+def test_statistics_merge_across_batches(tmp_path, monkeypatch, penguin_examples):
+    """Many small batches merged give the same statistics as one batch."""
+    from components.validate import logic
+
+    whole = logic.split_statistics(penguin_examples, "train").datasets[0]
+    monkeypatch.setattr(logic, "READ_BATCH", 7)
+    merged = logic.split_statistics(penguin_examples, "train").datasets[0]
+    assert merged.num_examples == whole.num_examples
+    for a, b in zip(sorted(whole.features, key=str), sorted(merged.features, key=str)):
+        if a.HasField("num_stats"):
+            assert a.num_stats.mean == pytest.approx(b.num_stats.mean, rel=1e-6)
+            assert a.num_stats.std_dev == pytest.approx(b.num_stats.std_dev, rel=1e-5)
+
+
+def test_curated_schema_catches_a_column_full_of_unseen_values(tmp_path, penguins_csv, penguin_validation):
+    """With the schema reviewed from earlier data, a categorical column whose values were
+    never seen stops the run, naming the column."""
+    schema = os.path.join(penguin_validation["schema"], "schema.pbtxt")
+    text = open(penguins_csv).read()
+    for island in ("Biscoe", "Dream", "Torgersen"):
+        text = text.replace(f",{island},", f",{island}-new,")
+    src = tmp_path / "unseen.csv"
+    src.write_text(text)
+    out = str(tmp_path / "examples")
+    ingest_csv(str(src), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+               ["island", "sex"])
+    with pytest.raises(GpupipeError) as err:
+        run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                       str(tmp_path / "r.html"), ValidationSettings(schema_path=schema))
+    assert "train: feature 'island': Examples contain values missing from the schema: Biscoe-new" in str(err.value)
+    result = run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                            str(tmp_path / "r.html"), ValidationSettings(schema_path=schema, warn_only=["island"]))
+    assert any("island" in p for p in result.problems)  # reported, not blocking
+
+
+def test_train_eval_skew_is_reported(tmp_path):
+    rows = "".join(f"a,{i}.0,{'red' if i % 2 else 'blue'}\n" for i in range(200))
+    examples = _ingest(tmp_path, "label,x,color\n" + rows)
+    result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                            str(tmp_path / "r.html"), ValidationSettings(skew_threshold=0.3))
+    assert result.ok  # the same distribution in both splits

@@ -1,0 +1,131 @@
+"""Data benchmark: ingest and statistics on the synthetic click-through table
+(13 numeric + 26 categorical columns + label = 40 columns), at several row counts.
+
+For each size, in a fresh process each (so peak RSS is that stage's own):
+  ingest      CSV file -> gzip TFRecord train/eval shards (components.ingest.logic.ingest_data)
+  statistics  TFDV in-process, batch by batch, merged (components.validate.logic.split_statistics)
+  beam        TFDV's generate_statistics_from_tfrecord on Beam's DirectRunner (same shards)
+and checks that the two statistics paths agree on counts and means.
+
+  python -m bench.data --rows 200000,2000000 [--beam-rows 200000] [--gzip-levels]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import components  # noqa: F401
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def stage(name: str, workdir: str, rows: int, level: int) -> dict:
+    """One measured stage, run in this (fresh) process."""
+    from components.ingest import synthetic
+
+    csv_path = os.path.join(workdir, f"ctr-{rows}.csv")
+    examples = os.path.join(workdir, f"examples-{rows}")
+    if name == "ingest":
+        from components.ingest.logic import ingest_data
+
+        started = time.perf_counter()
+        manifest = ingest_data(csv_path, examples, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL,
+                               eval_percent=10, compression_level=level)
+        seconds = time.perf_counter() - started
+        out_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(examples) for f in fs)
+        return {"rows": sum(manifest["rows"].values()), "seconds": seconds, "output_mb": out_bytes / 2 ** 20}
+    started = time.perf_counter()
+    if name == "statistics":
+        from components.validate.logic import split_statistics
+
+        stats = split_statistics(examples, "train")
+    else:
+        from components.validate.logic import beam_split_statistics
+
+        stats = beam_split_statistics(examples, "train", ["--runner=DirectRunner"])
+    seconds = time.perf_counter() - started
+    dataset = stats.datasets[0]
+    means = {f.path.step[0]: f.num_stats.mean for f in dataset.features if f.HasField("num_stats")}
+    return {"rows": int(dataset.num_examples), "seconds": seconds, "means": means}
+
+
+def run_stage(name: str, workdir: str, rows: int, level: int = 1) -> dict:
+    """Runs `stage` in a child process and returns its result with its peak RSS."""
+    code = ("import json, sys; from bench.data import stage, _peak_rss_mb; "
+            f"r = stage({name!r}, {workdir!r}, {rows}, {level}); r['peak_rss_mb'] = _peak_rss_mb(); "
+            "print('RESULT ' + json.dumps(r))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"stage {name} at {rows} rows failed:\n{out.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="200000,2000000")
+    p.add_argument("--beam-rows", default="200000", help="sizes to also run on Beam's DirectRunner")
+    p.add_argument("--gzip-levels", action="store_true", help="also compare gzip levels 1 and 6 at the first size")
+    p.add_argument("--workdir", default="")
+    args = p.parse_args()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="gpupipe-bench-data-")
+    from components.ingest import synthetic
+
+    sizes = [int(r) for r in args.rows.split(",")]
+    beam_sizes = {int(r) for r in args.beam_rows.split(",") if r}
+    report = {"cores": os.cpu_count(), "sizes": {}}
+    for rows in sizes:
+        csv_path = os.path.join(workdir, f"ctr-{rows}.csv")
+        if not os.path.exists(csv_path):
+            synthetic.write_csv(csv_path, rows)
+        ingest = run_stage("ingest", workdir, rows)
+        stats = run_stage("statistics", workdir, rows)
+        line = {"ingest_rows_per_s": round(ingest["rows"] / ingest["seconds"]),
+                "ingest_peak_rss_mb": round(ingest["peak_rss_mb"]),
+                "csv_mb": round(os.path.getsize(csv_path) / 2 ** 20, 1), "tfrecord_mb": round(ingest["output_mb"], 1),
+                "statistics_rows_per_s": round(stats["rows"] / stats["seconds"]),
+                "statistics_peak_rss_mb": round(stats["peak_rss_mb"])}
+        print(f"{rows:>9,} rows  ingest {line['ingest_rows_per_s']:>8,} rows/s (peak RSS {line['ingest_peak_rss_mb']} MB)"
+              f"  statistics {line['statistics_rows_per_s']:>8,} rows/s (peak RSS {line['statistics_peak_rss_mb']} MB)",
+              flush=True)
+        if rows in beam_sizes:
+            beam = run_stage("beam", workdir, rows)
+            line["beam_direct_rows_per_s"] = round(beam["rows"] / beam["seconds"])
+            line["statistics_vs_beam"] = round(line["statistics_rows_per_s"] / line["beam_direct_rows_per_s"], 1)
+            worst = max(abs(stats["means"][k] - beam["means"][k]) / max(abs(beam["means"][k]), 1e-9)
+                        for k in beam["means"])
+            line["same_counts"] = stats["rows"] == beam["rows"]
+            line["max_relative_mean_difference"] = worst
+            print(f"{'':>9}       beam DirectRunner {line['beam_direct_rows_per_s']:>8,} rows/s  ratio "
+                  f"{line['statistics_vs_beam']}x  same counts: {line['same_counts']}  max mean diff: {worst:.2e}",
+                  flush=True)
+        report["sizes"][rows] = line
+    if len(sizes) > 1:
+        small, large = report["sizes"][sizes[0]], report["sizes"][sizes[-1]]
+        for key in ("ingest_peak_rss_mb", "statistics_peak_rss_mb"):
+            ratio = large[key] / small[key]
+            report[f"{key}_ratio"] = round(ratio, 2)
+            print(f"peak RSS {key.split('_')[0]} at {sizes[-1]:,} / at {sizes[0]:,} rows = {ratio:.2f} (target <= 1.2)")
+    if args.gzip_levels:
+        rows = sizes[0]
+        for level in (1, 6):
+            r = run_stage("ingest", workdir, rows, level)
+            report[f"gzip_level_{level}"] = {"rows_per_s": round(r["rows"] / r["seconds"]),
+                                             "output_mb": round(r["output_mb"], 1)}
+            print(f"gzip level {level}: {report[f'gzip_level_{level}']['rows_per_s']:,} rows/s, "
+                  f"{report[f'gzip_level_{level}']['output_mb']} MB", flush=True)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

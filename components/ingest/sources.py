@@ -1,0 +1,341 @@
+"""Reading a data source as typed Arrow record batches, streamed.
+
+A source is a local file, directory or glob, a `gs://bucket/prefix` (or object, or glob),
+or `synthetic:ctr?rows=N&seed=S`; formats are CSV (optionally .gz), Parquet and TFRecord
+of tf.train.Example (optionally gzip), chosen by `data.format` or the file extension.
+Every error a user can cause is a GpupipeError of one line naming the file, the column
+and, where it applies, the line.
+"""
+from __future__ import annotations
+
+import csv
+import fnmatch
+import glob
+import io
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from components.errors import GpupipeError
+from components.ingest import synthetic
+from components.io import gcs_client, is_gcs, open_for_reading, split_gcs
+
+READ_BLOCK_BYTES = 4 << 20
+PARQUET_BATCH_ROWS = 65_536
+TFRECORD_BATCH_ROWS = 20_000
+FORMATS = ("csv", "parquet", "tfrecord")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+# Arrow's default null spellings (pyarrow.csv.ConvertOptions.null_values).
+NULLS = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
+         "NULL", "NaN", "n/a", "nan", "null"}
+
+
+@dataclass
+class SourceFile:
+    uri: str
+    size: int
+    format: str
+
+
+def detect_format(uri: str, declared: str = "auto") -> str:
+    if declared != "auto":
+        return declared
+    name = uri.lower().removesuffix(".gz").removesuffix(".gzip")
+    for ext, fmt in ((".csv", "csv"), (".parquet", "parquet"), (".pq", "parquet"), (".tfrecord", "tfrecord"),
+                     (".tfrecords", "tfrecord")):
+        if name.endswith(ext):
+            return fmt
+    raise GpupipeError(f"data.format: cannot tell the format of {uri} from its name; set data.format to "
+                       "csv, parquet or tfrecord")
+
+
+def _hidden(name: str) -> bool:
+    return os.path.basename(name).startswith((".", "_"))
+
+
+def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
+    """The files a source names, sorted; a source that names none is an error."""
+    if synthetic.is_synthetic(source):
+        synthetic.parse_source(source)
+        return [SourceFile(source, 0, "synthetic")]
+    if is_gcs(source):
+        bucket, name = split_gcs(source)
+        client = gcs_client()
+        if _GLOB_CHARS.search(name):
+            prefix = _GLOB_CHARS.split(name, 1)[0]
+            blobs = [b for b in client.list_blobs(bucket, prefix=prefix) if fnmatch.fnmatchcase(b.name, name)]
+        else:
+            exact = client.bucket(bucket).get_blob(name) if name else None
+            blobs = [exact] if exact is not None else list(client.list_blobs(bucket, prefix=name.rstrip("/") + "/"))
+        files = [SourceFile(f"gs://{bucket}/{b.name}", int(b.size or 0), "") for b in blobs
+                 if not b.name.endswith("/") and not _hidden(b.name)]
+        what = "matches no objects" if _GLOB_CHARS.search(name) else "does not exist"
+    elif _GLOB_CHARS.search(source):
+        files = [SourceFile(p, os.path.getsize(p), "") for p in sorted(glob.glob(source)) if os.path.isfile(p)]
+        what = "matches no files"
+    elif os.path.isdir(source):
+        files = [SourceFile(os.path.join(source, n), os.path.getsize(os.path.join(source, n)), "")
+                 for n in sorted(os.listdir(source)) if os.path.isfile(os.path.join(source, n)) and not _hidden(n)]
+        what = "is an empty directory"
+    elif os.path.isfile(source):
+        files = [SourceFile(source, os.path.getsize(source), "")]
+        what = ""
+    else:
+        raise GpupipeError(f"data.source: file not found: {source}; fix the path (relative paths start at the "
+                           "working directory)")
+    if not files:
+        raise GpupipeError(f"data.source: {source} {what}; fix data.source (a file, directory, glob or "
+                           "gs://bucket/prefix)")
+    for f in files:
+        f.format = detect_format(f.uri, declared_format)
+    formats = {f.format for f in files}
+    if len(formats) > 1:
+        raise GpupipeError(f"data.source: {source} mixes formats ({', '.join(sorted(formats))}); "
+                           "point it at one format or set data.format")
+    return files
+
+
+# ----------------------------------------------------------------------------- columns
+def csv_header(uri: str) -> List[str]:
+    with _open_text_stream(uri) as f:
+        try:
+            first = f.readline()
+        except (OSError, EOFError) as err:
+            raise GpupipeError(f"data.source: {uri} is truncated or not gzip ({err}); re-export the file") from None
+    if not first.strip():
+        raise GpupipeError(f"data.source: {uri} is empty; point data.source at a CSV file with a header row")
+    try:
+        text = first.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GpupipeError(f"data.source: {uri} line 1 is not UTF-8; re-encode the file as UTF-8") from None
+    return next(csv.reader([text]))
+
+
+def columns_of(f: SourceFile) -> List[str]:
+    if f.format == "synthetic":
+        return synthetic.columns()
+    if f.format == "csv":
+        return [c.strip() for c in csv_header(f.uri)]
+    if f.format == "parquet":
+        return list(_parquet_file(f.uri).schema_arrow.names)
+    # TFRecord: the features of the first example
+    for batch in _tfrecord_batches(f.uri, max_records=1):
+        return list(batch.schema.names)
+    raise GpupipeError(f"data.source: {f.uri} holds no records; point data.source at non-empty files")
+
+
+# ----------------------------------------------------------------------------- readers
+def _is_gzip(uri: str) -> bool:
+    return uri.lower().endswith((".gz", ".gzip"))
+
+
+def _open_text_stream(uri: str):
+    raw = open_for_reading(uri, "data.source")
+    if _is_gzip(uri):
+        import gzip
+
+        return gzip.GzipFile(fileobj=raw)
+    return raw
+
+
+def read_batches(f: SourceFile, types: Dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
+    """Record batches holding exactly the columns of `types`, cast to those types."""
+    if f.format == "synthetic":
+        yield from _synthetic(f.uri, types)
+    elif f.format == "csv":
+        yield from _csv(f.uri, types)
+    elif f.format == "parquet":
+        yield from _parquet(f.uri, types)
+    else:
+        for batch in _tfrecord_batches(f.uri):
+            yield _select_and_cast(batch, types, f.uri)
+
+
+def _synthetic(uri: str, types):
+    rows, seed = synthetic.parse_source(uri)
+    for batch in synthetic.ctr_batches(rows, seed):
+        yield _select_and_cast(batch, types, uri)
+
+
+def _csv(uri: str, types):
+    import pyarrow.csv as pacsv
+
+    header = [c.strip() for c in csv_header(uri)]
+    stream = open_for_reading(uri, "data.source")
+    try:
+        source = pa.CompressedInputStream(stream, "gzip") if _is_gzip(uri) else stream
+        reader = pacsv.open_csv(
+            source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES),
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types),
+                                                 strings_can_be_null=True))
+        for batch in reader:
+            yield batch
+    except (pa.ArrowInvalid, OSError) as err:
+        raise GpupipeError(_explain_csv_error(uri, header, " ".join(str(err).split()), types)) from None
+    finally:
+        stream.close()
+
+
+def _explain_csv_error(uri: str, header: List[str], message: str, types) -> str:
+    """Arrow names a column by position and no line; find both by rescanning the file."""
+    if "gzip" in message.lower() or "zlib" in message.lower() or "compress" in message.lower():
+        return f"data.source: {uri} is truncated or not valid gzip ({message}); re-export the file"
+    m = re.search(r"In CSV column #(\d+): ", message)
+    column = header[int(m.group(1))] if m and int(m.group(1)) < len(header) else None
+    line, reason = _scan_csv(uri, header, column, types)
+    where = f" line {line}" if line else ""
+    if reason == "ragged":
+        return (f"data.source: {uri}{where}: row has a different number of fields than the header's "
+                f"{len(header)}; fix the row (quote fields that contain commas)")
+    if reason == "utf8":
+        return f"data.source: {uri}{where}: bytes that are not UTF-8; re-encode the file as UTF-8"
+    if column and reason == "numeric":
+        bad = message.split("invalid value ")[-1]
+        return (f"data.source: {uri}{where}: column '{column}' is declared numeric but holds {bad}; fix the data "
+                f"or move '{column}' to categorical_features")
+    return f"data.source: {uri}{where}: {message}"
+
+
+def _scan_csv(uri: str, header: List[str], column: Optional[str], types) -> tuple[Optional[int], str]:
+    """(line number, what is wrong) of the first bad row: ragged, not UTF-8, or text in a
+    numeric column."""
+    numeric = [i for i, name in enumerate(header) if pa.types.is_floating(types.get(name, pa.string()))]
+    with _open_text_stream(uri) as raw:
+        try:
+            lines = raw.read().split(b"\n")
+        except (OSError, EOFError):
+            return None, "gzip"
+    for line_no, raw_line in enumerate(lines[1:], start=2):
+        try:
+            text = raw_line.decode("utf-8")
+        except UnicodeDecodeError:
+            return line_no, "utf8"
+        if not text.strip():
+            continue
+        row = next(csv.reader([text]))
+        if len(row) != len(header):
+            return line_no, "ragged"
+        for i in numeric:
+            value = row[i].strip()
+            if value in NULLS:
+                continue
+            try:
+                float(value)
+            except ValueError:
+                return line_no, "numeric"
+    return None, ""
+
+
+def _parquet_file(uri: str):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(open_for_reading(uri, "data.source"))
+    except (pa.ArrowInvalid, OSError) as err:
+        raise GpupipeError(f"data.source: {uri} is not a readable Parquet file, truncated or corrupt "
+                           f"({' '.join(str(err).split())}); re-export it") from None
+
+
+def _parquet(uri: str, types):
+    pf = _parquet_file(uri)
+    try:
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(types)):
+            yield _select_and_cast(batch, types, uri)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise GpupipeError(f"data.source: {uri} is truncated or corrupt ({' '.join(str(err).split())}); "
+                           "re-export it") from None
+
+
+def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """tf.Example records decoded by tfx_bsl; list columns with one value become scalars."""
+    import tensorflow as tf
+    from tfx_bsl.coders import example_coder
+
+    local, tmp = uri, None
+    if is_gcs(uri):  # stream the object to a local file: TF's own GCS client needs real credentials
+        tmp = tempfile.NamedTemporaryFile(suffix=os.path.basename(uri), delete=False)
+        with open_for_reading(uri, "data.source") as src:
+            while chunk := src.read(8 << 20):
+                tmp.write(chunk)
+        tmp.close()
+        local = tmp.name
+    try:
+        dataset = tf.data.TFRecordDataset(local, compression_type="GZIP" if _is_gzip(uri) else "")
+        if max_records:
+            dataset = dataset.take(max_records)
+        decoder = example_coder.ExamplesToRecordBatchDecoder()
+        for records in dataset.batch(TFRECORD_BATCH_ROWS):
+            batch = decoder.DecodeBatch(list(records.numpy()))
+            yield pa.RecordBatch.from_arrays([_first_values(c) for c in batch.columns], batch.schema.names)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+        raise GpupipeError(f"data.source: {uri} is truncated or not TFRecord{' (gzip)' if _is_gzip(uri) else ''} "
+                           f"({err.message.splitlines()[0]}); re-export it") from None
+    finally:
+        if tmp is not None:
+            os.unlink(tmp.name)
+
+
+def _first_values(column: pa.Array) -> pa.Array:
+    """list<T> -> T: the first value of each list; an empty or null list -> null."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return column
+    offsets = column.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    valid = (lengths > 0) & pc.is_valid(column).to_numpy(zero_copy_only=False)
+    values = column.values.take(pa.array(offsets[:-1][valid]))
+    indices = np.cumsum(valid) - 1
+    out = values.take(pa.array(np.where(valid, indices, 0))) if len(values) else pa.nulls(len(column), values.type)
+    return pc.if_else(pa.array(valid), out, pa.nulls(len(column), out.type))
+
+
+def _select_and_cast(batch: pa.RecordBatch, types, uri: str) -> pa.RecordBatch:
+    arrays = []
+    for name, dtype in types.items():
+        index = batch.schema.get_field_index(name)
+        if index < 0:  # a TFRecord example may simply not have the feature: all missing
+            arrays.append(pa.nulls(batch.num_rows, dtype))
+            continue
+        column = batch.column(index)
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            column = _utf8(column, uri, name)
+        try:
+            arrays.append(column if column.type == dtype else column.cast(dtype))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            bad = next((i for i, v in enumerate(column.to_pylist()) if v is not None and not _castable(v, dtype)), None)
+            row = f" row {bad + 1}" if bad is not None else ""
+            value = f" '{column[bad].as_py()}'" if bad is not None else ""
+            raise GpupipeError(f"data.source: {uri}{row}: column '{name}' is declared "
+                               f"{'numeric' if pa.types.is_floating(dtype) else 'categorical'} but holds{value} "
+                               f"of type {column.type}; fix the data or the feature's declared kind") from None
+    return pa.RecordBatch.from_arrays(arrays, list(types))
+
+
+def _utf8(column: pa.Array, uri: str, name: str) -> pa.Array:
+    try:
+        return column.cast(pa.string())
+    except pa.ArrowInvalid:
+        bad = next(i for i, v in enumerate(column.to_pylist()) if v is not None and not _decodes(v))
+        raise GpupipeError(f"data.source: {uri} row {bad + 1}: column '{name}' holds bytes that are not UTF-8; "
+                           "re-encode the data as UTF-8") from None
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _castable(value, dtype) -> bool:
+    try:
+        pa.array([value]).cast(dtype)
+        return True
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
