@@ -29,13 +29,13 @@ def prepare(rows: int, workdir: str, seed: int):
     from components.ingest import synthetic
     from components.ingest.logic import ingest_csv
     from components.train.features import specs_from_statistics
-    from components.validate.logic import split_statistics
+    from components.validate.logic import ingest_statistics
 
     examples = os.path.join(workdir, "examples")
-    if not os.path.isdir(os.path.join(examples, "train")):
+    if not os.path.isfile(os.path.join(examples, "statistics", "stats.pb")):
         ingest_csv(f"synthetic:ctr?rows={rows}&seed={seed}", examples, synthetic.LABEL, synthetic.NUMERIC,
                    synthetic.CATEGORICAL, eval_percent=10, shard_rows=max(10_000, rows // 16))
-    stats = split_statistics(examples, "train").datasets[0]
+    stats = ingest_statistics(examples)["train"].datasets[0]
     specs = specs_from_statistics(stats, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL, task="binary",
                                   max_vocabulary=1, hash_buckets=10_000)  # hash every categorical column
     return examples, specs, int(stats.num_examples)

@@ -14,9 +14,9 @@ def test_workflow_is_valid_yaml_running_the_ci_commands():
     assert "push" in triggers
     test_steps = [s.get("run", "") for s in workflow["jobs"]["test"]["steps"]]
     ci_run = (ROOT / ".ci" / "run").read_text()
-    ci_commands = [line.strip() for line in ci_run.splitlines() if line.strip().startswith("make ")]
-    assert ci_commands == ["make test", "make compile-check"]
-    assert [c for c in test_steps if c.startswith("make ")] == ci_commands
+    ci_commands = [line.strip() for line in ci_run.splitlines() if line.strip().startswith("./dev ")]
+    assert ci_commands == ["./dev test", "./dev compile-check"]
+    assert [c for c in test_steps if c.startswith("./dev ")] == ci_commands
     upload = workflow["jobs"]["upload"]
     assert upload["if"].startswith("github.ref == 'refs/heads/main'")
     assert any("gpupipe upload" in s.get("run", "") for s in upload["steps"])

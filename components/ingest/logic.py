@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterator, List, Optional
 
@@ -23,9 +24,10 @@ from components.errors import GpupipeError, reports_errors
 from components.ingest import sources
 
 SHARD_ROWS = 200_000
-# gzip level 1: measured in bench/data.py, it compresses within a few % of level 6 on
-# tf.Example records and is several times faster (gzip was ingest's bottleneck).
+# gzip level 1, chosen on measurement (bench/data.py, docs/benchmarks.md): ingest ran 33%
+# faster than at the default level 6, for shards 1.5x larger. Ingest is gzip-bound.
 GZIP_LEVEL = 1
+STATISTICS_DIR = "statistics"
 # The hash key is fixed, so splits never depend on the process or the machine.
 _HASH_KEY = "gpupipe-split-v1"
 
@@ -62,7 +64,9 @@ def column_types(label: str, numeric: List[str], categorical: List[str],
 
 
 def split_is_eval(batch: pa.RecordBatch, eval_percent: int, key: Optional[str]) -> np.ndarray:
-    """A boolean per row: True for the eval split. Deterministic for the same values."""
+    """A boolean per row: True for the eval split. Deterministic for the same values: a
+    fixed-key hash (pandas' SipHash) of the key column, or of every column, modulo 100.
+    (Not of the serialized tf.Example: protobuf does not fix the order of map entries.)"""
     frame = batch.to_pandas()
     if key:
         frame = frame[[key]]
@@ -71,8 +75,8 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int, key: Optional[str]) 
 
 
 def _as_list_column(array: pa.Array) -> pa.Array:
-    """Scalar column -> list column (what the tf.Example encoder takes); null -> null list,
-    which encodes as a feature with no values (missing)."""
+    """Scalar column -> list column (what the tf.Example encoder and TFDV take); null ->
+    null list, which encodes as a feature with no values (missing)."""
     valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
     offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
     values = array.drop_null()
@@ -81,12 +85,46 @@ def _as_list_column(array: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid))
 
 
-def encode_examples(batch: pa.RecordBatch) -> List[bytes]:
+def as_list_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([_as_list_column(c) for c in batch.columns], batch.schema.names)
+
+
+def encode_examples(batch: pa.RecordBatch, lists: Optional[pa.RecordBatch] = None) -> List[bytes]:
     """Encodes a record batch as serialized tf.train.Example with tfx_bsl's Arrow encoder."""
     from tfx_bsl.coders import example_coder
 
-    lists = pa.RecordBatch.from_arrays([_as_list_column(c) for c in batch.columns], batch.schema.names)
-    return example_coder.RecordBatchToExamples(lists)
+    return example_coder.RecordBatchToExamples(lists if lists is not None else as_list_batch(batch))
+
+
+class _Statistics:
+    """TFDV statistics of one split, fed batch by batch while ingest holds the Arrow data
+    (TFDV's in-memory combiners; accumulators merged, so memory stays flat)."""
+
+    def __init__(self):
+        import tensorflow_data_validation as tfdv
+        from tensorflow_data_validation.statistics import stats_impl
+
+        self._impl = stats_impl
+        self._options = tfdv.StatsOptions()
+        self._generators = stats_impl.get_generators(self._options, in_memory=True)
+        self._acc = None
+        self._batches = 0
+        self.seconds = 0.0
+
+    def add(self, lists: pa.RecordBatch) -> None:
+        started = time.perf_counter()
+        part = self._impl.generate_partial_statistics_in_memory(lists, self._options, self._generators)
+        self._acc = part if self._acc is None else [
+            g.merge_accumulators([a, p]) for g, a, p in zip(self._generators, self._acc, part)]
+        self._batches += 1
+        if self._batches % 8 == 0:
+            self._acc = [g.compact(a) for g, a in zip(self._generators, self._acc)]
+        self.seconds += time.perf_counter() - started
+
+    def result(self, name: str):
+        stats = self._impl.extract_statistics_output(self._acc, self._generators)
+        stats.datasets[0].name = name
+        return stats
 
 
 class _ShardWriter:
@@ -154,6 +192,7 @@ def ingest_data(
     numeric_label: bool = False,
     data_format: str = "auto",
     compression_level: int = GZIP_LEVEL,
+    with_statistics: bool = True,
 ) -> dict:
     """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
     or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
@@ -163,6 +202,7 @@ def ingest_data(
     types = column_types(label, numeric_features, categorical_features, numeric_label)
     writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows, compression_level)
                for split in names.SPLITS}
+    statistics = {split: _Statistics() for split in names.SPLITS} if with_statistics else {}
     dropped_no_label = 0
     per_file = []
     try:
@@ -175,11 +215,13 @@ def ingest_data(
                 if batch.num_rows == 0:
                     continue
                 file_rows += batch.num_rows
+                lists = as_list_batch(batch)
+                records = encode_examples(batch, lists)
                 is_eval = split_is_eval(batch, eval_percent, split_key)
-                eval_records = encode_examples(batch.filter(pa.array(is_eval)))
-                train_records = encode_examples(batch.filter(pa.array(~is_eval)))
-                writers[names.EVAL_SPLIT].write(eval_records)
-                writers[names.TRAIN_SPLIT].write(train_records)
+                for split, mask in ((names.EVAL_SPLIT, is_eval), (names.TRAIN_SPLIT, ~is_eval)):
+                    writers[split].write([r for r, keep in zip(records, mask) if keep])
+                    if statistics and mask.any():
+                        statistics[split].add(lists.filter(pa.array(mask)))
             per_file.append({"uri": f.uri, "bytes": f.size, "rows": file_rows})
     finally:
         for writer in writers.values():
@@ -210,6 +252,17 @@ def ingest_data(
         },
         "compression": {"type": "GZIP", "level": compression_level},
     }
+    if statistics:
+        from tensorflow_metadata.proto.v0 import statistics_pb2
+
+        merged = statistics_pb2.DatasetFeatureStatisticsList()
+        for split in names.SPLITS:
+            merged.datasets.extend(statistics[split].result(split).datasets)
+        os.makedirs(os.path.join(output_dir, STATISTICS_DIR), exist_ok=True)
+        with open(os.path.join(output_dir, STATISTICS_DIR, names.STATS_FILE), "wb") as fh:
+            fh.write(merged.SerializeToString())
+        manifest["statistics"] = {"file": f"{STATISTICS_DIR}/{names.STATS_FILE}",
+                                  "seconds": round(sum(st.seconds for st in statistics.values()), 3)}
     with open(os.path.join(output_dir, names.MANIFEST_FILE), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
     return manifest

@@ -110,14 +110,15 @@ def build_model(specs: FeatureSpecs, family: str = "dnn", hidden_units: Optional
     hidden_units = hidden_units or [64, 32]
     inputs = model_inputs(specs)
     ids = categorical_ids(specs, inputs)
-    dense = _concat(encode_numeric(specs, inputs) + embed_categorical(specs, ids, embedding_dim), "features")
+    numeric = encode_numeric(specs, inputs)
+    dense = _concat(numeric + embed_categorical(specs, ids, embedding_dim), "features")
     deep = _dense_tower(dense, hidden_units)
     if family == "dnn":
         top = deep
     elif family == "wide_deep":
         wide = [tf_keras.layers.CategoryEncoding(f.cardinality, output_mode="one_hot", name=f"{f.name}_onehot")(ids[f.name])
                 for f in specs.categorical]
-        top = _concat([deep, *wide, *encode_numeric(specs, inputs)] if wide else [deep], "wide_and_deep")
+        top = _concat([deep, *wide, *numeric], "wide_and_deep")
     elif family == "cross":
         x = dense
         for i in range(cross_layers):

@@ -71,3 +71,63 @@ def test_feature_specs_are_stored_with_the_model(penguin_model):
 def test_workers_and_chief_from_tf_config(tf_config, workers, chief):
     assert cluster_workers(tf_config) == workers
     assert is_chief(tf_config) is chief
+
+
+@pytest.mark.parametrize("setting, capability, policy", [
+    ("auto", None, "float32"),          # CPU
+    ("auto", (7, 5), "mixed_float16"),  # T4
+    ("auto", (8, 0), "mixed_bfloat16"),  # A100
+    ("float16", (8, 9), "mixed_float16"),
+    ("off", (9, 0), "float32"),
+    ("auto", (6, 1), "float32"),        # P4: no fast float16
+])
+def test_precision_follows_compute_capability(setting, capability, policy):
+    from components.train.runtime import precision_policy
+
+    assert precision_policy(setting, capability) == policy
+
+
+def test_bfloat16_needs_ampere():
+    from components.train.runtime import precision_policy
+
+    with pytest.raises(ValueError, match="bfloat16 needs compute capability 8.0"):
+        precision_policy("bfloat16", (7, 5))
+
+
+@pytest.mark.parametrize("family", ["wide_deep", "cross"])
+def test_model_families_build_train_and_export(tmp_path, penguin_examples, penguin_validation, family):
+    from conftest import penguin_settings
+    from components.train.logic import train_model
+
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),
+                         penguin_settings(model=family, epochs=2))
+    assert report["model"] == family and report["optimizer_steps"] == 2 * report["steps_per_epoch"]
+    assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
+
+
+def test_high_cardinality_features_are_hashed(penguin_validation):
+    stats = load_statistics(penguin_validation["statistics"], "train")
+    specs = specs_from_statistics(stats, "species", [], ["island", "sex"], max_vocabulary=2, hash_buckets=64)
+    island, sex = specs.categorical
+    assert island.hash_buckets == 64 and island.vocabulary == []  # 3 islands > 2
+    assert sex.hash_buckets == 0 and sorted(sex.vocabulary) == ["female", "male"]
+
+
+def test_regression_task_trains_and_serves_predictions(tmp_path, penguins_csv):
+    from conftest import penguin_settings
+    from components.ingest.logic import ingest_data
+    from components.train.logic import train_model
+    from components.validate.logic import run_validation
+    from components.evaluate.logic import score_model
+
+    ex = str(tmp_path / "ex")
+    ingest_data(str(penguins_csv), ex, "body_mass_g", ["bill_length_mm", "flipper_length_mm"], ["species", "sex"],
+                numeric_label=True)
+    run_validation(ex, "body_mass_g", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                   str(tmp_path / "r.html"))
+    settings = penguin_settings(label="body_mass_g", numeric_features=["bill_length_mm", "flipper_length_mm"],
+                                categorical_features=["species", "sex"], task="regression", epochs=30)
+    report = train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), settings)
+    assert "final_train_rmse" in report
+    evaluation = score_model(str(tmp_path / "m"), ex)
+    assert evaluation.classes == [] and evaluation.metrics["rmse"] < 600  # body mass sd is about 800 g

@@ -184,11 +184,29 @@ class ValidationSettings:
         return cls(drift=drift, **raw)
 
 
+def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
+    """The statistics ingest computed on its Arrow batches (TFDV's in-memory path, merged
+    batch by batch), when the examples came from gpupipe's ingest; else None."""
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    path = os.path.join(examples_dir, "statistics", names.STATS_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    merged = statistics_pb2.DatasetFeatureStatisticsList()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        merged.ParseFromString(f.read())
+    found = {d.name: statistics_pb2.DatasetFeatureStatisticsList(datasets=[d]) for d in merged.datasets}
+    return found if set(names.SPLITS) <= set(found) else None
+
+
 def compute_statistics(examples_dir: str, settings: ValidationSettings) -> Dict[str, object]:
+    """Per-split statistics: from Beam when configured; else those ingest computed while it
+    held the data; else decoded from the shards batch by batch."""
     if settings.engine == "beam":
         return {split: beam_split_statistics(examples_dir, split, settings.beam_pipeline_args)
                 for split in names.SPLITS}
-    return {split: split_statistics(examples_dir, split) for split in names.SPLITS}
+    return ingest_statistics(examples_dir) or {split: split_statistics(examples_dir, split) for split in names.SPLITS}
 
 
 def validate_examples(examples_dir: str, label: str, settings: Optional[ValidationSettings] = None,

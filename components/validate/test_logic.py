@@ -171,3 +171,26 @@ def test_train_eval_skew_is_reported(tmp_path):
     result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), ValidationSettings(skew_threshold=0.3))
     assert result.ok  # the same distribution in both splits
+
+
+def test_ingest_statistics_match_statistics_decoded_from_the_shards(penguin_examples):
+    """Validate uses the statistics ingest computed on its Arrow batches; they equal the
+    statistics of the written shards."""
+    from components.validate.logic import ingest_statistics, split_statistics
+
+    from_ingest = ingest_statistics(penguin_examples)
+    assert from_ingest is not None
+    for split in ("train", "eval"):
+        a = from_ingest[split].datasets[0]
+        b = split_statistics(penguin_examples, split).datasets[0]
+        assert a.num_examples == b.num_examples
+        means_a = {f.path.step[0]: f.num_stats.mean for f in a.features if f.HasField("num_stats")}
+        means_b = {f.path.step[0]: f.num_stats.mean for f in b.features if f.HasField("num_stats")}
+        assert means_a.keys() == means_b.keys()
+        for name in means_a:
+            assert means_a[name] == pytest.approx(means_b[name], rel=1e-6)
+        def missing(dataset):
+            return {f.path.step[0]: (f.num_stats if f.HasField("num_stats") else f.string_stats).common_stats.num_missing
+                    for f in dataset.features}
+
+        assert missing(a) == missing(b) and sum(missing(a).values()) > 0
