@@ -93,3 +93,18 @@ def test_rollback_command_moves_stable(tmp_path):
     assert serving.current_labels(store) == {"stable": 2}
     out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"), "--to", "9")
     assert out.returncode == 2 and "rollback --to 9: no such version of penguins (versions: 1, 2, 3)" in out.stderr
+
+
+def test_schema_command_writes_the_inferred_schema_for_review(tmp_path):
+    out = gpupipe("schema", "configs/penguins.yaml", "--output", str(tmp_path / "penguins.schema.pbtxt"))
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "penguins.schema.pbtxt").read_text()
+    assert 'name: "species"' in text and 'name: "island"' in text and "min_fraction: 1.0" in text
+    assert "validation.schema_file" in out.stdout
+    # the curated schema is then used by validate
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["validation"]["schema_file"] = str(tmp_path / "penguins.schema.pbtxt")
+    from pipelines.config import parse_config
+    from pipelines.factory import validation_settings_json
+
+    assert str(tmp_path / "penguins.schema.pbtxt") in validation_settings_json(parse_config(raw))
