@@ -115,6 +115,9 @@ class TrainingConfig(_Strict):
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1, description="per-replica batch size; global = this x replicas")
     learning_rate: float = Field(1e-3, gt=0)
+    optimizer: Literal["adam", "adagrad", "ftrl", "sgd"] = Field(
+        "adam", description="adagrad/ftrl update only the embedding rows a batch touches; Adam's moments make "
+                            "every step touch every row (measured 3.3x slower on the click-through model)")
     scale_learning_rate: bool = Field(False, description="multiply the learning rate by the number of replicas")
     shuffle_buffer: int = Field(10_000, ge=1)
     cache_budget_mb: int = Field(

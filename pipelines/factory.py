@@ -59,7 +59,7 @@ def train_settings_json(config: PipelineConfig) -> str:
         "categorical_features": list(d.categorical_features), "task": t.task, "model": t.model,
         "custom_model": t.custom_model or "", "hidden_units": list(t.hidden_units), "embedding_dim": t.embedding_dim,
         "max_vocabulary": t.max_vocabulary, "hash_buckets": t.hash_buckets, "cross_layers": t.cross_layers,
-        "epochs": t.epochs, "batch_size": t.batch_size, "learning_rate": t.learning_rate,
+        "epochs": t.epochs, "batch_size": t.batch_size, "learning_rate": t.learning_rate, "optimizer": t.optimizer,
         "scale_learning_rate": t.scale_learning_rate, "shuffle_buffer": t.shuffle_buffer,
         "cache_budget_mb": t.cache_budget_mb, "strategy": t.strategy, "mixed_precision": t.mixed_precision,
         "xla": t.xla, "checkpoint_steps": t.checkpoint_steps, "gpu_hour_price": t.gpu_hour_price, "seed": t.seed,

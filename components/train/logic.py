@@ -40,6 +40,7 @@ class TrainSettings:
     epochs: int = 10
     batch_size: int = 64
     learning_rate: float = 1e-3
+    optimizer: str = "adam"
     scale_learning_rate: bool = False
     shuffle_buffer: int = 10_000
     cache_budget_mb: int = 1024
@@ -53,6 +54,17 @@ class TrainSettings:
     @classmethod
     def from_json(cls, text: str) -> "TrainSettings":
         return cls(**json.loads(text))
+
+
+def make_optimizer(name: str, learning_rate: float):
+    """tf_keras optimizers by config name."""
+    import tf_keras
+
+    optimizers = {"adam": tf_keras.optimizers.Adam, "adagrad": tf_keras.optimizers.Adagrad,
+                  "ftrl": tf_keras.optimizers.Ftrl, "sgd": tf_keras.optimizers.SGD}
+    if name not in optimizers:
+        raise GpupipeError(f"training.optimizer: '{name}' is not one of {', '.join(optimizers)}")
+    return optimizers[name](learning_rate)
 
 
 def parsed_bytes_per_row(specs: FeatureSpecs) -> int:
@@ -105,7 +117,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         else:
             loss = tf_keras.losses.SparseCategoricalCrossentropy()
             metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics,
+        model.compile(optimizer=make_optimizer(s.optimizer, learning_rate), loss=loss, metrics=metrics,
                       jit_compile=s.xla)
 
     tf_config = os.environ.get("TF_CONFIG")
@@ -170,6 +182,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         "strategy": strategy_name(strategy),
         "global_batch_size": global_batch,
         "learning_rate": learning_rate,
+        "optimizer": s.optimizer,
         "precision_policy": policy,
         "xla": s.xla,
         "cached_in_memory": cache,

@@ -131,3 +131,15 @@ def test_regression_task_trains_and_serves_predictions(tmp_path, penguins_csv):
     assert "final_train_rmse" in report
     evaluation = score_model(str(tmp_path / "m"), ex)
     assert evaluation.classes == [] and evaluation.metrics["rmse"] < 600  # body mass sd is about 800 g
+
+
+def test_optimizers_by_name():
+    import tf_keras
+
+    from components.errors import GpupipeError
+    from components.train.logic import make_optimizer
+
+    assert isinstance(make_optimizer("adagrad", 0.05), tf_keras.optimizers.Adagrad)
+    assert isinstance(make_optimizer("adam", 1e-3), tf_keras.optimizers.Adam)
+    with pytest.raises(GpupipeError, match="training.optimizer: 'lamb' is not one of"):
+        make_optimizer("lamb", 0.1)
