@@ -16,7 +16,7 @@ from components import names
 from components.errors import GpupipeError, reports_errors
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         regression_metrics, roc_curve)
-from components.ingest.logic import examples_pattern
+from components.ingest.logic import split_files
 
 SCORE_BATCH = 1024
 EVALUATION_FILE = "evaluation.json"
@@ -68,9 +68,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
 
     specs = load_feature_specs(model_dir)
     serve = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
-    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
-    if not files:
-        raise GpupipeError(f"examples: no eval shards under {examples_dir}; run ingest first")
+    files = split_files(examples_dir, names.EVAL_SPLIT)
     regression = specs.task == "regression"
     spec = {specs.label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
     spec.update({s: tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})

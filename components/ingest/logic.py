@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 from components import names
 from components.errors import GpupipeError, reports_errors
 from components.ingest import sources
+from components.validate.statistics import StatisticsAccumulator, write_statistics
 
 SHARD_ROWS = 200_000
 # gzip level 1, chosen on measurement (bench/data.py, docs/benchmarks.md): ingest ran 33%
@@ -36,7 +36,11 @@ def check_columns(source: str, label: str, features: List[str], split_key: Optio
                   data_format: str = "auto") -> List[str]:
     """Fails with one line when the label, a feature or the split key is not a column of
     the source's first file."""
-    first = sources.resolve(source, data_format)[0]
+    return check_file_columns(sources.resolve(source, data_format)[0], label, features, split_key)
+
+
+def check_file_columns(first: sources.SourceFile, label: str, features: List[str],
+                       split_key: Optional[str] = None) -> List[str]:
     header = sources.columns_of(first)
     where = first.uri
     if label not in header:
@@ -94,37 +98,6 @@ def encode_examples(batch: pa.RecordBatch, lists: Optional[pa.RecordBatch] = Non
     from tfx_bsl.coders import example_coder
 
     return example_coder.RecordBatchToExamples(lists if lists is not None else as_list_batch(batch))
-
-
-class _Statistics:
-    """TFDV statistics of one split, fed batch by batch while ingest holds the Arrow data
-    (TFDV's in-memory combiners; accumulators merged, so memory stays flat)."""
-
-    def __init__(self):
-        import tensorflow_data_validation as tfdv
-        from tensorflow_data_validation.statistics import stats_impl
-
-        self._impl = stats_impl
-        self._options = tfdv.StatsOptions()
-        self._generators = stats_impl.get_generators(self._options, in_memory=True)
-        self._acc = None
-        self._batches = 0
-        self.seconds = 0.0
-
-    def add(self, lists: pa.RecordBatch) -> None:
-        started = time.perf_counter()
-        part = self._impl.generate_partial_statistics_in_memory(lists, self._options, self._generators)
-        self._acc = part if self._acc is None else [
-            g.merge_accumulators([a, p]) for g, a, p in zip(self._generators, self._acc, part)]
-        self._batches += 1
-        if self._batches % 8 == 0:
-            self._acc = [g.compact(a) for g, a in zip(self._generators, self._acc)]
-        self.seconds += time.perf_counter() - started
-
-    def result(self, name: str):
-        stats = self._impl.extract_statistics_output(self._acc, self._generators)
-        stats.datasets[0].name = name
-        return stats
 
 
 class _ShardWriter:
@@ -198,11 +171,11 @@ def ingest_data(
     or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
     `output_dir/manifest.json`. Returns the manifest."""
     files = sources.resolve(source, data_format)
-    check_columns(source, label, [*numeric_features, *categorical_features], split_key, data_format)
+    check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
     writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows, compression_level)
                for split in names.SPLITS}
-    statistics = {split: _Statistics() for split in names.SPLITS} if with_statistics else {}
+    statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
     dropped_no_label = 0
     per_file = []
     try:
@@ -253,14 +226,8 @@ def ingest_data(
         "compression": {"type": "GZIP", "level": compression_level},
     }
     if statistics:
-        from tensorflow_metadata.proto.v0 import statistics_pb2
-
-        merged = statistics_pb2.DatasetFeatureStatisticsList()
-        for split in names.SPLITS:
-            merged.datasets.extend(statistics[split].result(split).datasets)
-        os.makedirs(os.path.join(output_dir, STATISTICS_DIR), exist_ok=True)
-        with open(os.path.join(output_dir, STATISTICS_DIR, names.STATS_FILE), "wb") as fh:
-            fh.write(merged.SerializeToString())
+        write_statistics(os.path.join(output_dir, STATISTICS_DIR, names.STATS_FILE),
+                         {split: acc.result(split) for split, acc in statistics.items()})
         manifest["statistics"] = {"file": f"{STATISTICS_DIR}/{names.STATS_FILE}",
                                   "seconds": round(sum(st.seconds for st in statistics.values()), 3)}
     with open(os.path.join(output_dir, names.MANIFEST_FILE), "w", encoding="utf-8") as fh:
@@ -274,6 +241,16 @@ ingest_csv = ingest_data  # the name of the first, CSV-only version
 def examples_pattern(examples_dir: str, split: str) -> str:
     """The glob of one split's shards inside an ingest output."""
     return os.path.join(examples_dir, split, "part-*.tfrecord.gz")
+
+
+def split_files(examples_dir: str, split: str, required: bool = True) -> List[str]:
+    """One split's shards (local or gs://), sorted; none is an error when `required`."""
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, split)))
+    if required and not files:
+        raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
+    return files
 
 
 @reports_errors("ingest")

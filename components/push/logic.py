@@ -8,7 +8,6 @@ endpoint and move `stable` only when that passes -> drop versions beyond `keep_v
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from typing import List, Optional
 
 from components import names
 from components.errors import GpupipeError, reports_errors
-from components.ingest.logic import examples_pattern
+from components.ingest.logic import split_files
 from components.push import models_config, serving
 from components.serving_store import ServingStore
 
@@ -41,7 +40,7 @@ def eval_examples(examples_dir: str, count: int) -> List[bytes]:
     """The first `count` serialized eval examples (warmup requests and smoke test rows)."""
     import tensorflow as tf
 
-    files = sorted(glob.glob(examples_pattern(examples_dir, names.EVAL_SPLIT)))
+    files = split_files(examples_dir, names.EVAL_SPLIT, required=False)
     dataset = tf.data.TFRecordDataset(files, compression_type="GZIP").take(count)
     return [r.numpy() for r in dataset]
 

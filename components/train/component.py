@@ -10,19 +10,14 @@ def train(examples: Input[Dataset], statistics: Input[Artifact], settings: str, 
     strategy (in this pod, or as a TFJob when `tfjob` is set), resumable from
     BackupAndRestore checkpoints; exports a SavedModel taking raw features. Report:
     examples/s, step time p50/p95, input wait, GPU utilisation, GPU-hours and cost."""
-    import os
-    import shutil
-
     from components.train.logic import run_train_task
 
     result = run_train_task((examples.path, examples.uri), (statistics.path, statistics.uri),
-                            (model.path, model.uri), tensorboard.path, settings, epochs, learning_rate, tfjob)
+                            (model.path, model.uri), tensorboard.path, summary.path, settings, epochs,
+                            learning_rate, tfjob)
     for key, value in result.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             report.log_metric(key, value)
-    markdown = os.path.join(os.path.dirname(model.path), "report", "report.md")
-    if os.path.isfile(markdown):
-        shutil.copy(markdown, summary.path)
     model.metadata.update({"strategy": result["strategy"], "framework": "tensorflow"})
 
 

@@ -7,7 +7,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -278,31 +278,37 @@ def _sibling(location: str, name: str) -> str:
 
 
 @reports_errors("train")
-def run_train_task(examples: tuple, statistics: tuple, model: tuple, log_dir: str, settings_json: str,
-                   epochs: int, learning_rate: float, tfjob_json: str = "") -> dict:
+def run_train_task(examples: tuple, statistics: tuple, model: tuple, log_dir: str, summary_md: str,
+                   settings_json: str, epochs: int, learning_rate: float, tfjob_json: str = "") -> dict:
     """The train component's body. `examples`, `statistics`, `model` are (local path, URI)
     pairs of the KFP artifacts. One node: trains in this process. `tfjob_json` set (workers
     > 1): runs the same entry point as a TFJob on the artifact URIs and follows it. The
     BackupAndRestore directory sits beside the model output, where a retry of this task
-    finds it. Returns the training report (the chief's)."""
+    finds it. The Markdown report is copied to `summary_md`. Returns the training report
+    (the chief's)."""
     import tensorflow as tf
 
     settings = {**json.loads(settings_json), "epochs": epochs, "learning_rate": learning_rate}
     if not tfjob_json:
-        return run_train(examples[0], statistics[0], model[0], json.dumps(settings), _sibling(model[0], "backup"),
-                         log_dir, _sibling(model[0], "report"))
-    from components.train.tfjob import current_namespace, kubernetes_api, run_tfjob, tfjob_manifest
-    import uuid
+        report_dir = _sibling(model[0], "report")
+        report = run_train(examples[0], statistics[0], model[0], json.dumps(settings), _sibling(model[0], "backup"),
+                           log_dir, report_dir)
+    else:
+        from components.train.tfjob import current_namespace, kubernetes_api, run_tfjob, tfjob_manifest
+        import uuid
 
-    spec = json.loads(tfjob_json)
-    report_uri = _sibling(model[1], "report")
-    command = ["python", "-m", "components.train", "--examples", examples[1], "--statistics", statistics[1],
-               "--model-dir", model[1], "--settings", json.dumps(settings), "--backup-dir",
-               _sibling(model[1], "backup"), "--log-dir", _sibling(model[1], "tensorboard"),
-               "--report-dir", report_uri]
-    manifest = tfjob_manifest(name=f"gpupipe-train-{uuid.uuid4().hex[:8]}",
-                              namespace=spec.get("namespace") or current_namespace(), command=command,
-                              **{k: v for k, v in spec.items() if k != "namespace"})
-    run_tfjob(manifest, kubernetes_api())
-    with tf.io.gfile.GFile(os.path.join(report_uri, names.TRAIN_REPORT_FILE)) as f:
-        return json.loads(f.read())
+        spec = json.loads(tfjob_json)
+        report_dir = _sibling(model[1], "report")
+        command = ["python", "-m", "components.train", "--examples", examples[1], "--statistics", statistics[1],
+                   "--model-dir", model[1], "--settings", json.dumps(settings), "--backup-dir",
+                   _sibling(model[1], "backup"), "--log-dir", _sibling(model[1], "tensorboard"),
+                   "--report-dir", report_dir]
+        manifest = tfjob_manifest(name=f"gpupipe-train-{uuid.uuid4().hex[:8]}",
+                                  namespace=spec.get("namespace") or current_namespace(), command=command,
+                                  **{k: v for k, v in spec.items() if k != "namespace"})
+        run_tfjob(manifest, kubernetes_api())
+        with tf.io.gfile.GFile(os.path.join(report_dir, names.TRAIN_REPORT_FILE)) as f:
+            report = json.loads(f.read())
+    if summary_md:
+        tf.io.gfile.copy(os.path.join(report_dir, REPORT_MD), summary_md, overwrite=True)
+    return report

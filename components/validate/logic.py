@@ -1,7 +1,7 @@
-"""Validate: TFDV statistics per split, an inferred schema, anomalies and an HTML report.
+"""Validate: TFDV statistics per split, a schema, anomalies, skew, drift and an HTML report.
 
-Statistics use TFDV's in-process path (`generate_statistics_in_memory`) on Arrow record
-batches decoded from the ingest shards by tfx_bsl, one dataset per split. Blocking
+Statistics come from ingest (computed on its Arrow batches), from Beam when configured,
+or else from the shards decoded batch by batch; one dataset per split. Blocking
 anomalies raise a GpupipeError whose one line lists every anomaly.
 """
 from __future__ import annotations
@@ -14,18 +14,10 @@ from typing import Dict, List, Optional
 
 from components import names
 from components.errors import GpupipeError, reports_errors
-from components.ingest.logic import examples_pattern
+from components.ingest.logic import examples_pattern, split_files
+from components.validate.statistics import StatisticsAccumulator, read_statistics, write_statistics
 
 READ_BATCH = 20_000
-
-
-def _split_files(examples_dir: str, split: str) -> List[str]:
-    import tensorflow as tf
-
-    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, split)))
-    if not files:
-        raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
-    return files
 
 
 def feature_schema(examples_dir: str):
@@ -53,30 +45,18 @@ def split_statistics(examples_dir: str, split: str, options=None):
     `split`), computed in process batch by batch: each Arrow batch (decoded by tfx_bsl)
     feeds TFDV's combiners, whose accumulators are merged, so memory stays flat."""
     import tensorflow as tf
-    import tensorflow_data_validation as tfdv
-    from tensorflow_data_validation.statistics import stats_impl
     from tfx_bsl.coders import example_coder
 
-    options = options or tfdv.StatsOptions()
-    generators = stats_impl.get_generators(options, in_memory=True)
     schema = feature_schema(examples_dir)
     decoder = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString() if schema else None)
-    records = tf.data.TFRecordDataset(_split_files(examples_dir, split), compression_type="GZIP",
+    records = tf.data.TFRecordDataset(split_files(examples_dir, split), compression_type="GZIP",
                                       num_parallel_reads=2).batch(READ_BATCH).prefetch(2)
-    accumulators, batches = None, 0
+    accumulator = StatisticsAccumulator(options)
     for batch in records:
-        partial = stats_impl.generate_partial_statistics_in_memory(
-            decoder.DecodeBatch(list(batch.numpy())), options, generators)
-        accumulators = partial if accumulators is None else [
-            g.merge_accumulators([a, p]) for g, a, p in zip(generators, accumulators, partial)]
-        batches += 1
-        if batches % 8 == 0:
-            accumulators = [g.compact(a) for g, a in zip(generators, accumulators)]
-    if accumulators is None:
+        accumulator.add(decoder.DecodeBatch(list(batch.numpy())))
+    if accumulator.empty:
         raise GpupipeError(f"examples: the {split} split under {examples_dir} holds no examples; check ingest's output")
-    stats = stats_impl.extract_statistics_output(accumulators, generators)
-    stats.datasets[0].name = split
-    return stats
+    return accumulator.result(split)
 
 
 def beam_split_statistics(examples_dir: str, split: str, pipeline_args: List[str], options=None):
@@ -85,7 +65,7 @@ def beam_split_statistics(examples_dir: str, split: str, pipeline_args: List[str
     import tensorflow_data_validation as tfdv
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    _split_files(examples_dir, split)
+    split_files(examples_dir, split)
     stats = tfdv.generate_statistics_from_tfrecord(
         data_location=examples_pattern(examples_dir, split), stats_options=options or tfdv.StatsOptions(),
         pipeline_options=PipelineOptions(pipeline_args or []))
@@ -176,26 +156,24 @@ class ValidationSettings:
     engine: str = "in_process"  # or "beam"
     beam_pipeline_args: List[str] = field(default_factory=list)
     drift: DriftSettings = field(default_factory=DriftSettings)
+    baseline_statistics: str = ""  # a statistics file to compare with instead of the served version's
 
     @classmethod
     def from_json(cls, text: str) -> "ValidationSettings":
         raw = json.loads(text or "{}")
-        drift = DriftSettings(**{k: v for k, v in raw.pop("drift", {}).items() if k != "baseline_statistics"})
-        return cls(drift=drift, **raw)
+        drift = dict(raw.pop("drift", {}))
+        baseline = drift.pop("baseline_statistics", "") or ""
+        return cls(drift=DriftSettings(**drift), baseline_statistics=baseline, **raw)
 
 
 def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
     """The statistics ingest computed on its Arrow batches (TFDV's in-memory path, merged
     batch by batch), when the examples came from gpupipe's ingest; else None."""
-    import tensorflow as tf
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    path = os.path.join(examples_dir, "statistics", names.STATS_FILE)
-    if not tf.io.gfile.exists(path):
+    merged = read_statistics(os.path.join(examples_dir, "statistics", names.STATS_FILE))
+    if merged is None:
         return None
-    merged = statistics_pb2.DatasetFeatureStatisticsList()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        merged.ParseFromString(f.read())
     found = {d.name: statistics_pb2.DatasetFeatureStatisticsList(datasets=[d]) for d in merged.datasets}
     return found if set(names.SPLITS) <= set(found) else None
 
@@ -269,16 +247,12 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
     """Writes statistics (binary proto, both splits), schema.pbtxt, anomalies per split plus a
     Markdown summary, and TFDV's HTML report comparing train and eval."""
     import tensorflow_data_validation as tfdv
-    from tensorflow_metadata.proto.v0 import statistics_pb2
     from tensorflow_data_validation.utils.display_util import get_statistics_html
 
     for directory in (statistics_dir, schema_dir, anomalies_dir):
         os.makedirs(directory, exist_ok=True)
-    merged = statistics_pb2.DatasetFeatureStatisticsList()
-    for split in names.SPLITS:
-        merged.datasets.extend(result.statistics[split].datasets)
-    with open(os.path.join(statistics_dir, names.STATS_FILE), "wb") as f:
-        f.write(merged.SerializeToString())
+    write_statistics(os.path.join(statistics_dir, names.STATS_FILE),
+                     {split: result.statistics[split] for split in names.SPLITS})
     tfdv.write_schema_text(result.schema, os.path.join(schema_dir, names.SCHEMA_FILE))
     for split, anomalies in result.anomalies.items():
         tfdv.write_anomalies_text(anomalies, os.path.join(anomalies_dir, f"{split}-{names.ANOMALIES_FILE}"))
@@ -306,16 +280,10 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
 
 def load_statistics(statistics_dir: str, split: str):
     """One split's statistics (a DatasetFeatureStatistics) from a validate output."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
-    import tensorflow as tf
-
-    merged = statistics_pb2.DatasetFeatureStatisticsList()
     path = os.path.join(statistics_dir, names.STATS_FILE)
-    if not tf.io.gfile.exists(path):
+    merged = read_statistics(path)
+    if merged is None:
         raise GpupipeError(f"statistics: {path} not found; run validate first")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        merged.ParseFromString(f.read())
     for dataset in merged.datasets:
         if dataset.name == split:
             return dataset
@@ -325,10 +293,11 @@ def load_statistics(statistics_dir: str, split: str):
 def load_baseline(serving_base: str, model_name: str, baseline_statistics: str = ""):
     """(train statistics, description) of the drift baseline: `baseline_statistics` when
     given, else the statistics stored with the version now served; (None, "") when neither."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
     if baseline_statistics:
         path, name = baseline_statistics, f"statistics file {baseline_statistics}"
+        merged = read_statistics(path)
+        if merged is None:
+            raise GpupipeError(f"validation.drift.baseline_statistics: {path} not found; fix the path or remove the key")
     else:
         from components.push.serving import STATS_FILE, gpupipe_file, served_version
 
@@ -336,13 +305,9 @@ def load_baseline(serving_base: str, model_name: str, baseline_statistics: str =
         if found is None:
             return None, ""
         path, name = gpupipe_file(found[1], STATS_FILE), f"served version {found[0]}"
-        if not os.path.isfile(path):
+        merged = read_statistics(path)
+        if merged is None:
             return None, ""
-    if not os.path.isfile(path):
-        raise GpupipeError(f"validation.drift.baseline_statistics: {path} not found; fix the path or remove the key")
-    merged = statistics_pb2.DatasetFeatureStatisticsList()
-    with open(path, "rb") as f:
-        merged.ParseFromString(f.read())
     train = [d for d in merged.datasets if d.name == names.TRAIN_SPLIT] or list(merged.datasets[:1])
     if not train:
         raise GpupipeError(f"drift baseline: {path} holds no statistics; remove it or point at validate's stats.pb")
@@ -374,9 +339,8 @@ def run_validate(examples_dir: str, label: str, statistics_dir: str, schema_dir:
                  summary_md: str, report_html: str, settings_json: str = "{}", serving_base: str = "",
                  model_name: str = "") -> dict:
     """The validate step as the component calls it; returns counts for the artifact metadata."""
-    baseline_file = json.loads(settings_json or "{}").get("drift", {}).get("baseline_statistics") or ""
     settings = ValidationSettings.from_json(settings_json)
-    baseline_stats, baseline_name = load_baseline(serving_base, model_name, baseline_file)
+    baseline_stats, baseline_name = load_baseline(serving_base, model_name, settings.baseline_statistics)
     result = run_validation(examples_dir, label, statistics_dir, schema_dir, anomalies_dir, report_html, settings,
                             baseline_stats, baseline_name, summary_md)
     return {"anomalies": len(result.problems), "drift": len(result.drift), "baseline": result.baseline,

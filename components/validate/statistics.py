@@ -1,0 +1,77 @@
+"""TFDV statistics in process, batch by batch, and the statistics file format.
+
+One accumulator serves ingest (fed with the Arrow batches it holds) and validate's
+fallback (fed with batches decoded from the shards): each batch goes through TFDV's
+in-memory combiners and the accumulators are merged, so memory stays flat.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict
+
+COMPACT_EVERY = 8  # batches between compactions of the accumulators
+
+
+class StatisticsAccumulator:
+    """TFDV statistics of one dataset, fed one Arrow record batch (list columns) at a time."""
+
+    def __init__(self, options=None):
+        import tensorflow_data_validation as tfdv
+        from tensorflow_data_validation.statistics import stats_impl
+
+        self._impl = stats_impl
+        self._options = options or tfdv.StatsOptions()
+        self._generators = stats_impl.get_generators(self._options, in_memory=True)
+        self._acc = None
+        self._batches = 0
+        self.seconds = 0.0  # time spent in TFDV
+
+    @property
+    def empty(self) -> bool:
+        return self._acc is None
+
+    def add(self, record_batch) -> None:
+        started = time.perf_counter()
+        part = self._impl.generate_partial_statistics_in_memory(record_batch, self._options, self._generators)
+        self._acc = part if self._acc is None else [
+            g.merge_accumulators([a, p]) for g, a, p in zip(self._generators, self._acc, part)]
+        self._batches += 1
+        if self._batches % COMPACT_EVERY == 0:
+            self._acc = [g.compact(a) for g, a in zip(self._generators, self._acc)]
+        self.seconds += time.perf_counter() - started
+
+    def result(self, name: str):
+        """A DatasetFeatureStatisticsList with one dataset named `name`."""
+        started = time.perf_counter()
+        stats = self._impl.extract_statistics_output(self._acc, self._generators)
+        stats.datasets[0].name = name
+        self.seconds += time.perf_counter() - started
+        return stats
+
+
+def read_statistics(path: str):
+    """A DatasetFeatureStatisticsList from a binary statistics file (local or gs://), or
+    None when there is no such file."""
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    if not tf.io.gfile.exists(path):
+        return None
+    merged = statistics_pb2.DatasetFeatureStatisticsList()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        merged.ParseFromString(f.read())
+    return merged
+
+
+def write_statistics(path: str, by_split: Dict[str, object]) -> None:
+    """One binary file holding every split's statistics, one dataset per split."""
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    merged = statistics_pb2.DatasetFeatureStatisticsList()
+    for stats in by_split.values():
+        merged.datasets.extend(stats.datasets)
+    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(merged.SerializeToString())
