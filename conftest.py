@@ -44,7 +44,7 @@ def penguin_validation(tmp_path_factory, penguin_examples) -> dict:
 @pytest.fixture(scope="session")
 def penguin_model(tmp_path_factory, penguin_examples, penguin_validation) -> str:
     """A small model trained for a few epochs: enough for shape and signature checks."""
-    from components.train.logic import TrainSettings, train_model
+    from components.train.logic import train_model
 
     model_dir = str(tmp_path_factory.mktemp("model") / "model")
     train_model(penguin_examples, penguin_validation["statistics"], model_dir, penguin_settings(epochs=3))

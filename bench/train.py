@@ -77,7 +77,6 @@ def input_only(examples: str, specs, batch: int, seed: int, batches: int = 150) 
 
 def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, epochs: int, seed: int,
                 optimizer: str = "adam") -> float:
-    import tensorflow as tf
     import tf_keras
 
     from components.train.model import build_model, make_dataset, make_naive_dataset

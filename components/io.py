@@ -42,11 +42,3 @@ def open_for_reading(uri: str, what: str) -> BinaryIO:
     if not os.path.isfile(uri):
         raise GpupipeError(f"{what}: file not found: {uri}; fix the path (relative paths start at the working directory)")
     return open(uri, "rb")
-
-
-def size_of(uri: str) -> int:
-    if is_gcs(uri):
-        bucket_name, name = split_gcs(uri)
-        blob = gcs_client().bucket(bucket_name).get_blob(name)
-        return int(blob.size) if blob is not None else 0
-    return os.path.getsize(uri)

@@ -163,11 +163,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from pipelines.remote import kfp_cron, schedule
+    from pipelines.remote import git_sha, kfp_cron, schedule
 
     config = load_config(args.config)
     kfp_cron(args.cron)  # a bad expression fails before anything is uploaded
-    from pipelines.remote import git_sha
 
     uploaded, job, deleted = schedule(_client(args), config, compile_to_text(config), git_sha(), args.experiment,
                                       args.cron, args.max_concurrency, catchup=not args.no_catchup)

@@ -13,7 +13,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.errors import GpupipeError
-from components.evaluate.metrics import LOWER_IS_BETTER
 from pipelines.version import __version__
 
 DEFAULT_REGISTRY = "ghcr.io/gpupipe"
@@ -54,10 +53,6 @@ class DataConfig(_Strict):
         if self.split.key is not None and self.split.key == self.label:
             raise ValueError("split.key must not be the label")
         return self
-
-    @property
-    def columns(self) -> List[str]:
-        return [self.label, *self.numeric_features, *self.categorical_features]
 
 
 class DriftConfig(_Strict):
@@ -199,10 +194,6 @@ class EvaluationConfig(_Strict):
     thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")
     slices: List[str] = Field(default_factory=list, description="categorical features to slice metrics by")
     fail_if_not_blessed: bool = Field(False, description="fail the run (not only skip the push) when not blessed")
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.metric in LOWER_IS_BETTER
 
 
 class ServingConfig(_Strict):

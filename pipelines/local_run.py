@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from components import names
-from components.errors import ERROR_FILE_ENV, GpupipeError
+from components.errors import ERROR_FILE_ENV
 from components.ingest.logic import check_columns
 from components.ingest.synthetic import is_synthetic
 from components.io import is_gcs

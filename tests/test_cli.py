@@ -32,23 +32,25 @@ def test_misspelt_key(tmp_path, command):
                                                "(check its spelling; pipelines/config.py lists the options)"]
 
 
-def test_missing_data_file(tmp_path):
-    bad = config_with(tmp_path, lambda c: c["data"].update(source="data/no-such.csv"))
-    out = gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs"))
+def one_line_error(out) -> str:
+    """A user error: exit code 2 and exactly one line on stderr, no traceback."""
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
-    assert lines[0].startswith("error: data.source: file not found: ") and "no-such.csv" in lines[0]
+    return lines[0]
+
+
+def test_missing_data_file(tmp_path):
+    bad = config_with(tmp_path, lambda c: c["data"].update(source="data/no-such.csv"))
+    line = one_line_error(gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs")))
+    assert line.startswith("error: data.source: file not found: ") and "no-such.csv" in line
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
 def test_label_absent_from_data(tmp_path):
     bad = config_with(tmp_path, lambda c: c["data"].update(label="specis"))
-    out = gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs"))
-    assert out.returncode == 2
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in out.stderr
-    assert "data.label: column 'specis' not found in" in lines[0] and "species" in lines[0]
+    line = one_line_error(gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs")))
+    assert "data.label: column 'specis' not found in" in line and "species" in line
 
 
 def test_compile_check_names_the_stale_file(tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import fnmatch
 import glob
-import io
 import os
 import re
 import tempfile
@@ -188,7 +187,7 @@ def _explain_csv_error(uri: str, header: List[str], message: str, types) -> str:
         return f"data.source: {uri} is truncated or not valid gzip ({message}); re-export the file"
     m = re.search(r"In CSV column #(\d+): ", message)
     column = header[int(m.group(1))] if m and int(m.group(1)) < len(header) else None
-    line, reason = _scan_csv(uri, header, column, types)
+    line, reason = _scan_csv(uri, header, types)
     where = f" line {line}" if line else ""
     if reason == "ragged":
         return (f"data.source: {uri}{where}: row has a different number of fields than the header's "
@@ -202,34 +201,41 @@ def _explain_csv_error(uri: str, header: List[str], message: str, types) -> str:
     return f"data.source: {uri}{where}: {message}"
 
 
-def _scan_csv(uri: str, header: List[str], column: Optional[str], types) -> tuple[Optional[int], str]:
+def _scan_csv(uri: str, header: List[str], types) -> tuple[Optional[int], str]:
     """(line number, what is wrong) of the first bad row: ragged, not UTF-8, or text in a
-    numeric column."""
+    numeric column. Reads line by line, so a large file is not held in memory."""
     numeric = [i for i, name in enumerate(header) if pa.types.is_floating(types.get(name, pa.string()))]
     with _open_text_stream(uri) as raw:
         try:
-            lines = raw.read().split(b"\n")
+            next(raw, None)  # the header
+            for line_no, raw_line in enumerate(raw, start=2):
+                problem = _row_problem(raw_line, len(header), numeric)
+                if problem:
+                    return line_no, problem
         except (OSError, EOFError):
             return None, "gzip"
-    for line_no, raw_line in enumerate(lines[1:], start=2):
-        try:
-            text = raw_line.decode("utf-8")
-        except UnicodeDecodeError:
-            return line_no, "utf8"
-        if not text.strip():
-            continue
-        row = next(csv.reader([text]))
-        if len(row) != len(header):
-            return line_no, "ragged"
-        for i in numeric:
-            value = row[i].strip()
-            if value in NULLS:
-                continue
-            try:
-                float(value)
-            except ValueError:
-                return line_no, "numeric"
     return None, ""
+
+
+def _row_problem(raw_line: bytes, width: int, numeric: List[int]) -> str:
+    try:
+        text = raw_line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "utf8"
+    if not text.strip():
+        return ""
+    row = next(csv.reader([text]))
+    if len(row) != width:
+        return "ragged"
+    for i in numeric:
+        value = row[i].strip()
+        if value in NULLS:
+            continue
+        try:
+            float(value)
+        except ValueError:
+            return "numeric"
+    return ""
 
 
 def _parquet_file(uri: str):

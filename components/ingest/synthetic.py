@@ -55,7 +55,7 @@ def ctr_batches(rows: int, seed: int = 7, batch_rows: int = 100_000) -> Iterator
             mask = rng.random(n) < missing[j]
             arrays.append(pa.array(np.round(raw[:, j], 3), mask=mask, type=pa.float32()))
             names.append(name)
-        for j, (name, col) in enumerate(zip(CATEGORICAL, ids)):
+        for name, col in zip(CATEGORICAL, ids):
             arrays.append(pa.array(np.char.add(f"{name}_", col.astype(str))))
             names.append(name)
         yield pa.RecordBatch.from_arrays(arrays, names)
