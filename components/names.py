@@ -28,3 +28,8 @@ SERVING_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"
 PROBABILITIES = "probabilities"
 CLASSES = "classes"
+
+# Local scratch for the trainer's disk input cache: on the cluster an emptyDir mounted here
+# and named by this environment variable.
+SCRATCH_ENV = "GPUPIPE_SCRATCH_DIR"
+SCRATCH_MOUNT = "/gpupipe-scratch"

@@ -117,6 +117,13 @@ class TrainingConfig(_Strict):
     shuffle_buffer: int = Field(10_000, ge=1)
     cache_budget_mb: int = Field(
         1024, ge=0, description="cache parsed batches in memory when the train split fits this budget (0: never)")
+    disk_cache_budget_mb: int = Field(
+        20480, ge=0, description="otherwise write the parsed batches to local scratch in the first epoch and read "
+                                 "them from there in later epochs when they fit this budget (0: never); on the "
+                                 "cluster the train pod gets an emptyDir of this size")
+    scratch_dir: Optional[str] = Field(
+        None, description="local directory for the disk cache (default: the emptyDir on the cluster, the system "
+                          "temp directory locally)")
     strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
     mixed_precision: Literal["auto", "off", "float16", "bfloat16"] = Field(
         "auto", description="auto: float16 on compute capability 7.x, bfloat16 on 8.x and later; off on CPU")

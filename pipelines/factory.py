@@ -9,6 +9,7 @@ import json
 
 from kfp import dsl, kubernetes
 
+from components import names
 from components.evaluate.component import make_evaluate_op
 from components.ingest.component import make_ingest_op
 from components.push.component import make_push_op
@@ -50,6 +51,15 @@ def _request_accelerators(task: dsl.PipelineTask, config: PipelineConfig) -> Non
         kubernetes.add_toleration(task, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
 
 
+def _mount_scratch(task: dsl.PipelineTask, config: PipelineConfig) -> None:
+    """Node-local scratch for the trainer's disk input cache: an emptyDir of the budget's size."""
+    budget = config.training.disk_cache_budget_mb
+    if budget:
+        kubernetes.empty_dir_mount(task, volume_name="gpupipe-scratch", mount_path=names.SCRATCH_MOUNT,
+                                   size_limit=f"{budget}Mi")
+        task.set_env_variable(names.SCRATCH_ENV, names.SCRATCH_MOUNT)
+
+
 def train_settings_json(config: PipelineConfig) -> str:
     """The trainer's settings (components.train.logic.TrainSettings) from the config, as JSON."""
     t, d = config.training, config.data
@@ -60,7 +70,8 @@ def train_settings_json(config: PipelineConfig) -> str:
         "max_vocabulary": t.max_vocabulary, "hash_buckets": t.hash_buckets, "cross_layers": t.cross_layers,
         "epochs": t.epochs, "batch_size": t.batch_size, "learning_rate": t.learning_rate, "optimizer": t.optimizer,
         "scale_learning_rate": t.scale_learning_rate, "shuffle_buffer": t.shuffle_buffer,
-        "cache_budget_mb": t.cache_budget_mb, "strategy": t.strategy, "mixed_precision": t.mixed_precision,
+        "cache_budget_mb": t.cache_budget_mb, "disk_cache_budget_mb": t.disk_cache_budget_mb,
+        "scratch_dir": t.scratch_dir or "", "strategy": t.strategy, "mixed_precision": t.mixed_precision,
         "xla": t.xla, "checkpoint_steps": t.checkpoint_steps, "gpu_hour_price": t.gpu_hour_price, "seed": t.seed,
     }
     return json.dumps(settings, sort_keys=True)
@@ -85,6 +96,7 @@ def tfjob_json(config: PipelineConfig) -> str:
         "image": config.train_image, "workers": t.workers, "gpus": t.gpus, "accelerator": t.accelerator or "",
         "node_selector": dict(t.node_selector), "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
         "cpu": t.cpu, "memory": t.memory, "namespace": t.tfjob_namespace or "",
+        "scratch_mb": t.disk_cache_budget_mb,
     }
     if config.cluster.gcs_credentials_secret:
         spec["env"] = {"GOOGLE_APPLICATION_CREDENTIALS": f"{GCS_KEY_MOUNT}/{config.cluster.gcs_credentials_key}"}
@@ -149,8 +161,9 @@ def create_pipeline(config: PipelineConfig):
         train_task.set_display_name("Train model").set_caching_options(False)
         train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
                              backoff_factor=2.0)
-        if training.workers == 1:  # with a TFJob the workers hold the GPUs, not this task
+        if training.workers == 1:  # with a TFJob the workers hold the GPUs and the scratch, not this task
             _request_accelerators(train_task, config)
+            _mount_scratch(train_task, config)
 
         evaluation = config.evaluation
         evaluate_task = evaluate_op(

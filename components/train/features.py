@@ -53,11 +53,12 @@ class FeatureSpecs:
             task=d.get("task", "multiclass"), label_mean=d.get("label_mean"), label_std=d.get("label_std"))
 
 
-def _feature_stats(dataset, name: str):
+def feature_statistics(dataset, name: str):
     for feature in dataset.features:
         if (feature.path.step and feature.path.step[0] == name) or feature.name == name:
             return feature
-    raise GpupipeError(f"statistics: no statistics for column '{name}'; is it in the data? Fix data features in the config")
+    raise GpupipeError(f"statistics: no statistics for column '{name}'; is it in the data? "
+                       "Fix data features in the config")
 
 
 def _ranked_values(stats) -> List[str]:
@@ -82,15 +83,15 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
     train split's statistics (a DatasetFeatureStatistics)."""
     if task not in TASKS:
         raise GpupipeError(f"training.task: '{task}' is not one of {', '.join(TASKS)}")
-    numeric_specs = [_numeric(_feature_stats(train_stats, name), name) for name in numeric]
+    numeric_specs = [_numeric(feature_statistics(train_stats, name), name) for name in numeric]
     categorical_specs = []
     for name in categorical:
-        stats = _feature_stats(train_stats, name)
+        stats = feature_statistics(train_stats, name)
         if stats.string_stats.unique > max_vocabulary:
             categorical_specs.append(CategoricalFeature(name=name, hash_buckets=hash_buckets))
         else:
             categorical_specs.append(CategoricalFeature(name=name, vocabulary=_ranked_values(stats)[:max_vocabulary]))
-    label_stats = _feature_stats(train_stats, label)
+    label_stats = feature_statistics(train_stats, label)
     if task == "regression":
         if not label_stats.HasField("num_stats"):
             raise GpupipeError(f"data.label: column '{label}' is not numeric; regression needs a numeric label")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import contextlib
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -14,7 +17,7 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 from components import names
 from components.errors import GpupipeError, reports_errors
 from components.ingest.logic import examples_pattern
-from components.train.features import FeatureSpecs, specs_from_statistics
+from components.train.features import FeatureSpecs, feature_statistics, specs_from_statistics
 from components.train.runtime import (PREEMPTED_EXIT_CODE, Preempted, cluster_workers,  # noqa: F401 (re-exported)
                                       is_chief)
 
@@ -44,6 +47,8 @@ class TrainSettings:
     scale_learning_rate: bool = False
     shuffle_buffer: int = 10_000
     cache_budget_mb: int = 1024
+    disk_cache_budget_mb: int = 20480
+    scratch_dir: str = ""
     strategy: str = "auto"
     mixed_precision: str = "auto"
     xla: bool = False
@@ -67,9 +72,60 @@ def make_optimizer(name: str, learning_rate: float):
     return optimizers[name](learning_rate)
 
 
-def parsed_bytes_per_row(specs: FeatureSpecs) -> int:
-    """A generous estimate of one parsed example in memory (for the cache decision)."""
-    return 4 * len(specs.numeric) + 48 * len(specs.categorical) + 16
+def parsed_bytes_per_row(specs: FeatureSpecs, train_stats=None) -> int:
+    """A generous estimate of one parsed example, in memory or in the disk cache (for the
+    cache decision): 4 bytes a number; a string's object plus its average length from the
+    statistics (16 when unknown)."""
+    def string_bytes(name: str) -> int:
+        avg = feature_statistics(train_stats, name).string_stats.avg_length if train_stats is not None else 0
+        return 32 + int(avg or 16)
+
+    return 4 * len(specs.numeric) + sum(string_bytes(f.name) for f in specs.categorical) + 16
+
+
+INPUT_DESCRIPTIONS = {
+    "memory": "parsed batches cached in memory in the first epoch",
+    "disk": "parsed batches written to local scratch in the first epoch and read from there in later epochs",
+    "none": "shards read and parsed every epoch (the split is over both cache budgets)",
+}
+
+
+def scratch_directory(setting: str) -> str:
+    """Local scratch for the disk input cache: the setting, else $GPUPIPE_SCRATCH_DIR, else
+    the system temp directory."""
+    return setting or os.environ.get(names.SCRATCH_ENV) or tempfile.gettempdir()
+
+
+def choose_input_cache(estimated_bytes: int, memory_budget_mb: int, disk_budget_mb: int, scratch_dir: str) -> str:
+    """Where the parsed train batches live after the first epoch: "memory" when they fit the
+    memory budget; else "disk" when they fit the disk budget and half the scratch
+    directory's free space; else "none" (every epoch reads and parses the shards)."""
+    from components.train.model import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
+
+    if memory_budget_mb > 0 and estimated_bytes <= memory_budget_mb * 2 ** 20:
+        return CACHE_MEMORY
+    if disk_budget_mb > 0 and estimated_bytes <= disk_budget_mb * 2 ** 20:
+        try:
+            free = shutil.disk_usage(scratch_dir).free
+        except OSError:
+            free = 0
+        if estimated_bytes <= free // 2:
+            return CACHE_DISK
+    return CACHE_NONE
+
+
+@contextlib.contextmanager
+def input_cache_directory(cache: str, scratch_dir: str):
+    """A fresh directory under scratch for the disk cache ("" for the other modes), removed
+    afterwards, also after a preemption. Each process (worker) gets its own."""
+    from components.train.model import CACHE_DISK
+
+    path = tempfile.mkdtemp(prefix="gpupipe-input-cache-", dir=scratch_dir) if cache == CACHE_DISK else ""
+    try:
+        yield path
+    finally:
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _read_text(path: str) -> str:
@@ -105,96 +161,103 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
     learning_rate = s.learning_rate * (replicas if s.scale_learning_rate else 1)
     train_rows = int(train_stats.num_examples)
     steps_per_epoch = max(1, math.ceil(train_rows / global_batch))
-    cache = s.cache_budget_mb > 0 and train_rows * parsed_bytes_per_row(specs) <= s.cache_budget_mb * 2 ** 20
-    dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
-                           seed=s.seed, repeat=True, cache=cache, shuffle_buffer=s.shuffle_buffer)
+    scratch = scratch_directory(s.scratch_dir)
+    estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
+    cache = choose_input_cache(estimated, s.cache_budget_mb, s.disk_cache_budget_mb, scratch)
+    with input_cache_directory(cache, scratch) as cache_dir:
+        print(f"input: {INPUT_DESCRIPTIONS[cache]} (train split about {estimated / 2 ** 20:,.0f} MB parsed)",
+              flush=True)
+        dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
+                               seed=s.seed, repeat=True, cache=cache, cache_dir=cache_dir,
+                               shuffle_buffer=s.shuffle_buffer)
 
-    with strategy.scope():
-        builder = load_custom_builder(s.custom_model) if s.custom_model else build_model
-        model = builder(specs, s.model, s.hidden_units, s.embedding_dim, s.cross_layers)
-        if s.task == "regression":
-            loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
-        else:
-            loss = tf_keras.losses.SparseCategoricalCrossentropy()
-            metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        model.compile(optimizer=make_optimizer(s.optimizer, learning_rate), loss=loss, metrics=metrics,
-                      jit_compile=s.xla)
+        with strategy.scope():
+            builder = load_custom_builder(s.custom_model) if s.custom_model else build_model
+            model = builder(specs, s.model, s.hidden_units, s.embedding_dim, s.cross_layers)
+            if s.task == "regression":
+                loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
+            else:
+                loss = tf_keras.losses.SparseCategoricalCrossentropy()
+                metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+            model.compile(optimizer=make_optimizer(s.optimizer, learning_rate), loss=loss, metrics=metrics,
+                          jit_compile=s.xla)
 
-    tf_config = os.environ.get("TF_CONFIG")
-    chief = is_chief(tf_config)
-    callbacks, guard = [], None
-    resume, timer = ResumeLog(), StepTimer()
-    if backup_dir:
-        backup = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq=s.checkpoint_steps, delete_checkpoint=False)
-        guard = PreemptionGuard(backup, strategy)
-        callbacks += [backup, guard]
-    callbacks += [resume, timer]
-    if log_dir and chief:
-        callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
+        tf_config = os.environ.get("TF_CONFIG")
+        chief = is_chief(tf_config)
+        callbacks, guard = [], None
+        resume, timer = ResumeLog(), StepTimer()
+        if backup_dir:
+            backup = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq=s.checkpoint_steps,
+                                                         delete_checkpoint=False)
+            guard = PreemptionGuard(backup, strategy)
+            callbacks += [backup, guard]
+        callbacks += [resume, timer]
+        if log_dir and chief:
+            callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
 
-    started = time.perf_counter()
-    if guard:
-        guard.install()
-    try:
-        with GpuSampler() as gpu:
-            history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                                verbose=2)
-    finally:
+        started = time.perf_counter()
         if guard:
-            guard.uninstall()
-    seconds = time.perf_counter() - started
-    if guard and guard.preempted:
-        raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
+            guard.install()
+        try:
+            with GpuSampler() as gpu:
+                history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
+                                    verbose=2)
+        finally:
+            if guard:
+                guard.uninstall()
+        seconds = time.perf_counter() - started
+        if guard and guard.preempted:
+            raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
 
-    # Every worker takes part in the save (collective ops); only the chief's copy is kept.
-    target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
-    export_saved_model(model, specs, target)
-    if chief:
-        extra = os.path.join(model_dir, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        with tf.io.gfile.GFile(os.path.join(extra, SPECS_FILE), "w") as f:
-            f.write(json.dumps(specs.to_dict(), indent=2))
-    else:
-        tf.io.gfile.rmtree(target)
-    if backup_dir and chief and tf.io.gfile.exists(backup_dir):
-        tf.io.gfile.rmtree(backup_dir)  # the model is whole; a later retry need not resume
+        # Every worker takes part in the save (collective ops); only the chief's copy is kept.
+        target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
+        export_saved_model(model, specs, target)
+        if chief:
+            extra = os.path.join(model_dir, "assets.extra")
+            tf.io.gfile.makedirs(extra)
+            with tf.io.gfile.GFile(os.path.join(extra, SPECS_FILE), "w") as f:
+                f.write(json.dumps(specs.to_dict(), indent=2))
+        else:
+            tf.io.gfile.rmtree(target)
+        if backup_dir and chief and tf.io.gfile.exists(backup_dir):
+            tf.io.gfile.rmtree(backup_dir)  # the model is whole; a later retry need not resume
 
-    steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
-    p50, p95 = timer.percentiles()
-    gpus = len(tf.config.list_physical_devices("GPU"))
-    gpu_hours = gpus * cluster_workers(tf_config) * seconds / 3600
-    compute_p50 = compute_only_step_seconds(model, dataset, strategy) if cluster_workers(tf_config) == 1 else None
-    history_key = "rmse" if s.task == "regression" else "accuracy"
-    return {
-        "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
-        "train_seconds": round(seconds, 2),
-        "epochs": s.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "optimizer_steps": int(model.optimizer.iterations.numpy()),
-        "resumed_from_step": resume.resumed_from,
-        "step_seconds_p50": p50,
-        "step_seconds_p95": p95,
-        "compute_only_step_seconds_p50": compute_p50,
-        "input_wait_fraction": (round(max(0.0, 1 - compute_p50 / p50), 3) if (p50 and compute_p50) else None),
-        "train_examples": train_rows,
-        "replicas": replicas,
-        "workers": cluster_workers(tf_config),
-        "strategy": strategy_name(strategy),
-        "global_batch_size": global_batch,
-        "learning_rate": learning_rate,
-        "optimizer": s.optimizer,
-        "precision_policy": policy,
-        "xla": s.xla,
-        "cached_in_memory": cache,
-        "gpus": gpus,
-        "gpu_utilization_mean": gpu.mean,
-        "gpu_hours": round(gpu_hours, 4),
-        "estimated_cost": round(gpu_hours * s.gpu_hour_price, 4),
-        "final_loss": float(history.history["loss"][-1]),
-        f"final_train_{history_key}": float(history.history[history_key][-1]),
-        "model": s.custom_model or s.model,
-        "chief": chief,
-    }
+        steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
+        p50, p95 = timer.percentiles()
+        gpus = len(tf.config.list_physical_devices("GPU"))
+        gpu_hours = gpus * cluster_workers(tf_config) * seconds / 3600
+        compute_p50 = compute_only_step_seconds(model, dataset, strategy) if cluster_workers(tf_config) == 1 else None
+        history_key = "rmse" if s.task == "regression" else "accuracy"
+        return {
+            "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
+            "train_seconds": round(seconds, 2),
+            "epochs": s.epochs,
+            "steps_per_epoch": steps_per_epoch,
+            "optimizer_steps": int(model.optimizer.iterations.numpy()),
+            "resumed_from_step": resume.resumed_from,
+            "step_seconds_p50": p50,
+            "step_seconds_p95": p95,
+            "compute_only_step_seconds_p50": compute_p50,
+            "input_wait_fraction": (round(max(0.0, 1 - compute_p50 / p50), 3) if (p50 and compute_p50) else None),
+            "train_examples": train_rows,
+            "replicas": replicas,
+            "workers": cluster_workers(tf_config),
+            "strategy": strategy_name(strategy),
+            "global_batch_size": global_batch,
+            "learning_rate": learning_rate,
+            "optimizer": s.optimizer,
+            "precision_policy": policy,
+            "xla": s.xla,
+            "input_cache": cache,
+            "gpus": gpus,
+            "gpu_utilization_mean": gpu.mean,
+            "gpu_hours": round(gpu_hours, 4),
+            "estimated_cost": round(gpu_hours * s.gpu_hour_price, 4),
+            "final_loss": float(history.history["loss"][-1]),
+            f"final_train_{history_key}": float(history.history[history_key][-1]),
+            "model": s.custom_model or s.model,
+            "chief": chief,
+        }
 
 
 def strategy_name(strategy) -> str:

@@ -38,6 +38,10 @@ def test_multi_worker_config_becomes_a_tfjob_manifest():
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["volumes"][0]["secret"]["secretName"] == "gpupipe-gcs-key"
+    # Each worker's disk input cache: an emptyDir the size of training.disk_cache_budget_mb.
+    assert {"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": "20480Mi"}} in pod["volumes"]
+    assert {"name": "gpupipe-scratch", "mountPath": "/gpupipe-scratch"} in container["volumeMounts"]
+    assert {"name": "GPUPIPE_SCRATCH_DIR", "value": "/gpupipe-scratch"} in container["env"]
 
 
 def test_single_node_config_has_no_tfjob():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional
 
+from components import names
 from components.errors import GpupipeError
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
@@ -17,9 +18,10 @@ def tfjob_manifest(name: str, namespace: str, image: str, workers: int, command:
                    tolerations: Optional[List[dict]] = None, cpu: Optional[str] = None,
                    memory: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                    backoff_limit: int = 3, service_account: Optional[str] = None,
-                   secret_volume: Optional[Dict[str, str]] = None) -> dict:
+                   secret_volume: Optional[Dict[str, str]] = None, scratch_mb: int = 0) -> dict:
     """A kubeflow.org/v1 TFJob with `workers` Worker replicas (restartPolicy ExitCode: exit
-    143 after a preemption checkpoint is retried; other failures are not)."""
+    143 after a preemption checkpoint is retried; other failures are not). `scratch_mb`: an
+    emptyDir of that size per worker for the disk input cache."""
     limits: Dict[str, str] = {}
     if gpus:
         limits[accelerator] = str(gpus)
@@ -36,9 +38,16 @@ def tfjob_manifest(name: str, namespace: str, image: str, workers: int, command:
         "resources": {"limits": limits},
     }
     pod_spec: dict = {"containers": [container]}
+    volumes, mounts = [], []
     if secret_volume:  # e.g. the GCS service-account key, by Secret name
-        pod_spec["volumes"] = [{"name": "gpupipe-secret", "secret": {"secretName": secret_volume["secret"]}}]
-        container["volumeMounts"] = [{"name": "gpupipe-secret", "mountPath": secret_volume["mount"], "readOnly": True}]
+        volumes.append({"name": "gpupipe-secret", "secret": {"secretName": secret_volume["secret"]}})
+        mounts.append({"name": "gpupipe-secret", "mountPath": secret_volume["mount"], "readOnly": True})
+    if scratch_mb:
+        volumes.append({"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": f"{scratch_mb}Mi"}})
+        mounts.append({"name": "gpupipe-scratch", "mountPath": names.SCRATCH_MOUNT})
+        container["env"].append({"name": names.SCRATCH_ENV, "value": names.SCRATCH_MOUNT})
+    if volumes:
+        pod_spec["volumes"], container["volumeMounts"] = volumes, mounts
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
     if tolerations:

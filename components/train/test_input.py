@@ -1,0 +1,114 @@
+"""The trainer's input pipeline: every mode yields each train example once per epoch; the
+cached modes replay parsed batches without touching the shards again; the cache mode is
+chosen from the budgets, and the disk cache lives in scratch only while training runs."""
+import math
+import shutil
+from collections import Counter
+
+import pytest
+import tensorflow as tf
+
+from components.errors import GpupipeError
+from components.ingest.logic import examples_pattern
+from components.train.features import specs_from_statistics
+from components.train.logic import choose_input_cache
+from components.train.model import CACHE_DISK, CACHE_MEMORY, CACHE_NONE, make_dataset, parse_spec
+from components.validate.logic import load_statistics
+from conftest import CATEGORICAL, LABEL, NUMERIC, penguin_settings
+
+pytestmark = pytest.mark.unit
+BATCH = 16
+
+
+@pytest.fixture(scope="module")
+def specs(penguin_validation):
+    return specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), LABEL, NUMERIC,
+                                 CATEGORICAL)
+
+
+def rows_of(batches) -> Counter:
+    """Each example of the batches as a hashable row (NaN as a string: NaN != NaN)."""
+    rows = Counter()
+    for features, target in batches:
+        columns = {k: v.numpy().reshape(-1) for k, v in features.items()}
+        for i, y in enumerate(target.numpy().reshape(-1)):
+            rows[tuple(str(columns[k][i]) for k in sorted(columns)) + (int(y),)] += 1
+    return rows
+
+
+def reference_rows(pattern: str, specs) -> Counter:
+    """The train split parsed one example at a time, the plain way."""
+    spec = parse_spec(specs, with_label=True)
+    classes = {c.encode(): i for i, c in enumerate(specs.classes)}
+    ds = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern), compression_type="GZIP").map(
+        lambda r: tf.io.parse_single_example(r, spec))
+    return rows_of((({k: tf.reshape(v, [1]) for k, v in ex.items() if k != LABEL},
+                     tf.constant([classes[ex[LABEL].numpy()[0]]])) for ex in ds))
+
+
+def test_streaming_yields_every_example_once(penguin_examples, specs):
+    pattern = examples_pattern(penguin_examples, "train")
+    expected = reference_rows(pattern, specs)
+    assert rows_of(make_dataset(pattern, specs, BATCH, shuffle=True, seed=1, cache=CACHE_NONE)) == expected
+
+
+@pytest.mark.parametrize("cache", [CACHE_MEMORY, CACHE_DISK])
+def test_cached_modes_replay_every_example_once_per_epoch_without_the_shards(tmp_path, penguin_examples, specs,
+                                                                             cache):
+    examples = tmp_path / "examples"
+    shutil.copytree(penguin_examples, examples)
+    pattern = examples_pattern(str(examples), "train")
+    expected = reference_rows(pattern, specs)
+    batches_per_epoch = math.ceil(sum(expected.values()) / BATCH)
+    cache_dir = tmp_path / "scratch"
+    cache_dir.mkdir()
+    it = iter(make_dataset(pattern, specs, BATCH, shuffle=True, seed=1, repeat=True, cache=cache,
+                           cache_dir=str(cache_dir)))
+    first = [next(it) for _ in range(batches_per_epoch)]
+    assert rows_of(first) == expected
+    if cache == CACHE_DISK:
+        assert any(p.stat().st_size > 0 for p in cache_dir.iterdir()), "the first epoch wrote no disk cache"
+    else:
+        assert not list(cache_dir.iterdir())
+    shutil.rmtree(examples / "train")  # later epochs must not need the shards
+    second = [next(it) for _ in range(batches_per_epoch)]
+    assert rows_of(second) == expected
+    # Same batches, replayed in a new order.
+    assert [rows_of([b]) for b in second] != [rows_of([b]) for b in first]
+    assert sorted(map(lambda b: sorted(rows_of([b])), second)) == sorted(map(lambda b: sorted(rows_of([b])), first))
+
+
+def test_disk_cache_needs_a_scratch_directory(penguin_examples, specs):
+    with pytest.raises(GpupipeError, match="input cache: 'disk' needs a local scratch directory"):
+        make_dataset(examples_pattern(penguin_examples, "train"), specs, BATCH, shuffle=False, seed=1,
+                     cache=CACHE_DISK)
+
+
+def test_cache_mode_follows_the_budgets(tmp_path):
+    mb = 2 ** 20
+    free = shutil.disk_usage(tmp_path).free
+    assert choose_input_cache(100 * mb, 1024, 20480, str(tmp_path)) == CACHE_MEMORY
+    assert choose_input_cache(2000 * mb, 1024, 20480, str(tmp_path)) == (CACHE_DISK if free >= 4000 * mb else
+                                                                           CACHE_NONE)
+    assert choose_input_cache(2000 * mb, 1024, 0, str(tmp_path)) == CACHE_NONE
+    assert choose_input_cache(30000 * mb, 1024, 20480, str(tmp_path)) == CACHE_NONE
+    assert choose_input_cache(100 * mb, 0, 0, str(tmp_path)) == CACHE_NONE
+    # More than half the scratch disk's free space: stream instead of filling the disk.
+    assert choose_input_cache(free // 2 + 1, 0, 2 ** 40 // mb, str(tmp_path)) == CACHE_NONE
+    assert choose_input_cache(1000 * mb, 0, 20480, str(tmp_path / "missing")) == CACHE_NONE
+
+
+def test_trainer_over_the_memory_budget_spills_to_scratch_and_cleans_up(tmp_path, penguin_examples,
+                                                                       penguin_validation, capsys):
+    from components.train.logic import train_model
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),
+                         penguin_settings(epochs=3, cache_budget_mb=0, disk_cache_budget_mb=100,
+                                          scratch_dir=str(scratch)))
+    assert report["input_cache"] == "disk"
+    assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
+    assert report["final_train_accuracy"] > 0.8
+    assert "input: parsed batches written to local scratch in the first epoch" in capsys.readouterr().out
+    assert not list(scratch.iterdir()), "the disk cache outlived training"
