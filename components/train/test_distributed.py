@@ -49,11 +49,14 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     model_dir = tmp_path / "model"
+    scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
+    scratch.mkdir()
     procs = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         cmd = train_command(penguin_examples, penguin_validation["statistics"], model_dir, tmp_path / "backup",
-                            tmp_path / f"report-{index}", epochs=2, batch_size=16)
+                            tmp_path / f"report-{index}", epochs=2, batch_size=16, cache_budget_mb=0,
+                            disk_cache_budget_mb=100, scratch_dir=str(scratch))
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -61,10 +64,12 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     assert (model_dir / "saved_model.pb").is_file() and (model_dir / "assets.extra").is_dir()
     chief = report(tmp_path / "report-0")
     assert chief["strategy"] == "MultiWorkerMirroredStrategy" and chief["workers"] == 2 and chief["replicas"] == 2
-    assert chief["global_batch_size"] == 32
+    assert chief["global_batch_size"] == 32 and chief["input_cache"] == "disk"
+    assert [o.count("input: parsed batches written to local scratch") for o in outputs] == [1, 1]
+    assert not list(scratch.iterdir()), "a worker's disk cache outlived training"
     assert not (tmp_path / "report-1").exists()  # the second worker wrote no report
-    scratch = Path(str(model_dir) + "-scratch")
-    assert not scratch.exists() or not any(scratch.rglob("saved_model.pb"))  # its model copy was discarded
+    discarded = Path(str(model_dir) + "-scratch")
+    assert not discarded.exists() or not any(discarded.rglob("saved_model.pb"))  # its model copy was discarded
 
 
 @pytest.fixture(scope="module")
