@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,8 @@ def main() -> None:
             print(f"gzip level {level}: {report[f'gzip_level_{level}']['rows_per_s']:,} rows/s, "
                   f"{report[f'gzip_level_{level}']['output_mb']} MB", flush=True)
     print(json.dumps(report))
+    if not args.workdir:  # generated data in a temp dir: not kept
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

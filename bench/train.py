@@ -189,6 +189,8 @@ def main() -> None:
                       "optimizer": args.optimizer, "input_alone": alone, "input_parts": parts,
                       "examples_per_second": {k: round(v) for k, v in results.items()}, "detail": detail,
                       "peak_rss_mb": round(peak_mb)}))
+    if not args.workdir:  # generated data in a temp dir: not kept
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
