@@ -1,6 +1,7 @@
 """The real train entry point (`python -m components.train`) as separate processes:
 two workers under MultiWorkerMirroredStrategy (TF_CONFIG on loopback), and preemption:
-SIGKILL then resume, SIGTERM then checkpoint and exit 143."""
+SIGKILL then resume, SIGTERM then checkpoint and exit 143, on one process and on one of
+two workers."""
 import json
 import os
 import signal
@@ -45,20 +46,25 @@ def free_ports(n):
     return ports
 
 
-def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin_examples, penguin_validation):
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    model_dir = tmp_path / "model"
-    scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
-    scratch.mkdir()
+def start_workers(tmp_path, examples, stats, **settings):
+    """Two `python -m components.train` processes under one TF_CONFIG on loopback."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     procs = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        cmd = train_command(penguin_examples, penguin_validation["statistics"], model_dir, tmp_path / "backup",
-                            tmp_path / f"report-{index}", epochs=2, batch_size=16, cache_budget_mb=0,
-                            disk_cache_budget_mb=100, scratch_dir=str(scratch))
+        cmd = train_command(examples, stats, tmp_path / "model", tmp_path / "backup", tmp_path / f"report-{index}",
+                            **settings)
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin_examples, penguin_validation):
+    model_dir = tmp_path / "model"
+    scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
+    scratch.mkdir()
+    procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], epochs=2, batch_size=16,
+                          cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:] + outputs[0][-3000:]
     assert (model_dir / "saved_model.pb").is_file() and (model_dir / "assets.extra").is_dir()
@@ -127,3 +133,25 @@ def test_sigterm_checkpoints_and_exits_143_then_resumes(tmp_path, penguin_exampl
     assert rerun.returncode == 0
     resumed = report(tmp_path / "report")
     assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
+
+
+def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, penguin_examples, penguin_validation):
+    settings = dict(LONG, epochs=60, batch_size=16)
+    stats = penguin_validation["statistics"]
+    procs = start_workers(tmp_path, penguin_examples, stats, **settings)
+    wait_for_checkpoint(tmp_path / "backup", procs[0])
+    procs[1].send_signal(signal.SIGTERM)  # the node of the second worker is preempted
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [143, 143], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "SIGTERM received" in outputs[1] and "SIGTERM received" not in outputs[0]
+    assert all("exiting with 143" in out for out in outputs)  # the chief learnt of it through the all-reduce
+    assert not (tmp_path / "model" / "saved_model.pb").exists()
+
+    procs = start_workers(tmp_path, penguin_examples, stats, **settings)
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    resumed = report(tmp_path / "report-0")
+    assert resumed["resumed_from_step"] > 0 and resumed["workers"] == 2
+    assert all(f"resumed from step {resumed['resumed_from_step']}" in out for out in outputs)
+    assert resumed["optimizer_steps"] == 60 * resumed["steps_per_epoch"]
+    assert (tmp_path / "model" / "saved_model.pb").is_file()
