@@ -213,6 +213,7 @@ def ingest_data(
         "format": files[0].format,
         "files": per_file,
         "source_bytes": sum(f.size for f in files),
+        "source_fingerprint": sources.fingerprint(files),
         "rows": rows,
         "shards": {split: w.shards for split, w in writers.items()},
         "rows_dropped_missing_label": dropped_no_label,
@@ -256,7 +257,13 @@ def split_files(examples_dir: str, split: str, required: bool = True) -> List[st
 @reports_errors("ingest")
 def run_ingest(source: str, output_dir: str, label: str, numeric_features: List[str],
                categorical_features: List[str], eval_percent: int, split_key: str = "",
-               numeric_label: bool = False, data_format: str = "auto") -> dict:
-    """The ingest step as the component calls it (`split_key` "" means: hash the whole row)."""
-    return ingest_data(source, output_dir, label, numeric_features, categorical_features, eval_percent,
-                       split_key or None, numeric_label=numeric_label, data_format=data_format)
+               numeric_label: bool = False, data_format: str = "auto", source_fingerprint: str = "") -> dict:
+    """The ingest step as the component calls it (`split_key` "" means: hash the whole row).
+    `source_fingerprint`: what the fingerprint step saw (the cache key); a different
+    fingerprint now means the data changed in between, and what is there now is read."""
+    manifest = ingest_data(source, output_dir, label, numeric_features, categorical_features, eval_percent,
+                           split_key or None, numeric_label=numeric_label, data_format=data_format)
+    if source_fingerprint and source_fingerprint != manifest["source_fingerprint"]:
+        print(f"note: {source} changed after the fingerprint step ({source_fingerprint} -> "
+              f"{manifest['source_fingerprint']}); ingested the files as they are now", flush=True)
+    return manifest

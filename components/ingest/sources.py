@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import glob
+import hashlib
 import os
 import re
 import tempfile
@@ -40,6 +41,7 @@ class SourceFile:
     uri: str
     size: int
     format: str
+    stamp: str = ""  # what changes when the content does: mtime (local), generation (gs://)
 
 
 def detect_format(uri: str, declared: str = "auto") -> str:
@@ -58,6 +60,18 @@ def _hidden(name: str) -> bool:
     return os.path.basename(name).startswith((".", "_"))
 
 
+def _local(path: str) -> SourceFile:
+    st = os.stat(path)
+    return SourceFile(path, st.st_size, "", str(st.st_mtime_ns))
+
+
+def fingerprint(files: List[SourceFile]) -> str:
+    """A digest of the files' names, sizes and stamps: it changes when the data does, so a
+    cached ingest is reused only for the same data."""
+    text = "\n".join(f"{f.uri}\t{f.size}\t{f.stamp}" for f in files)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
     """The files a source names, sorted; a source that names none is an error."""
     if synthetic.is_synthetic(source):
@@ -72,18 +86,18 @@ def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
         else:
             exact = client.bucket(bucket).get_blob(name) if name else None
             blobs = [exact] if exact is not None else list(client.list_blobs(bucket, prefix=name.rstrip("/") + "/"))
-        files = [SourceFile(f"gs://{bucket}/{b.name}", int(b.size or 0), "") for b in blobs
+        files = [SourceFile(f"gs://{bucket}/{b.name}", int(b.size or 0), "", str(b.generation or "")) for b in blobs
                  if not b.name.endswith("/") and not _hidden(b.name)]
         what = "matches no objects" if _GLOB_CHARS.search(name) else "does not exist"
     elif _GLOB_CHARS.search(source):
-        files = [SourceFile(p, os.path.getsize(p), "") for p in sorted(glob.glob(source)) if os.path.isfile(p)]
+        files = [_local(p) for p in sorted(glob.glob(source)) if os.path.isfile(p)]
         what = "matches no files"
     elif os.path.isdir(source):
-        files = [SourceFile(os.path.join(source, n), os.path.getsize(os.path.join(source, n)), "")
-                 for n in sorted(os.listdir(source)) if os.path.isfile(os.path.join(source, n)) and not _hidden(n)]
+        files = [_local(os.path.join(source, n)) for n in sorted(os.listdir(source))
+                 if os.path.isfile(os.path.join(source, n)) and not _hidden(n)]
         what = "is an empty directory"
     elif os.path.isfile(source):
-        files = [SourceFile(source, os.path.getsize(source), "")]
+        files = [_local(source)]
         what = ""
     else:
         raise GpupipeError(f"data.source: file not found: {source}; fix the path (relative paths start at the "

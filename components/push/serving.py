@@ -20,16 +20,23 @@ SCHEMA_FILE = "schema.pbtxt"
 METRICS_FILE = "metrics.json"
 
 
-def served_version(base: str, model_name: str) -> Optional[Tuple[int, str]]:
-    """(version, local directory) of the model now served: the `stable` label in
-    models.config when it names a whole version, else the newest version; None when empty."""
+def served_version_number(base: str, model_name: str) -> Optional[int]:
+    """The version now served: the `stable` label in models.config when it names a whole
+    version, else the newest version; None when there is none."""
     store = ServingStore(base, model_name)
     versions = store.versions()
     if not versions:
         return None
     stable = models_config.labels(store.read_models_config(), model_name).get(models_config.STABLE)
-    version = stable if stable in versions else versions[-1]
-    return version, store.download_version(version)
+    return stable if stable in versions else versions[-1]
+
+
+def served_version(base: str, model_name: str) -> Optional[Tuple[int, str]]:
+    """(version, local directory) of the model now served (see served_version_number)."""
+    version = served_version_number(base, model_name)
+    if version is None:
+        return None
+    return version, ServingStore(base, model_name).download_version(version)
 
 
 def gpupipe_file(version_dir: str, name: str) -> str:
