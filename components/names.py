@@ -1,12 +1,13 @@
 """Names shared between components, the pipeline factory and the CLI summary."""
 
 # Task names in the pipeline (also the kfp.local task directory names).
+FINGERPRINT = "fingerprint"
 INGEST = "ingest"
 VALIDATE = "validate"
 TRAIN = "train"
 EVALUATE = "evaluate"
 PUSH = "push"
-STEPS = (INGEST, VALIDATE, TRAIN, EVALUATE, PUSH)
+STEPS = (FINGERPRINT, INGEST, VALIDATE, TRAIN, EVALUATE, PUSH)
 
 # Split folders written by ingest.
 TRAIN_SPLIT = "train"

@@ -11,6 +11,7 @@ from kfp import dsl, kubernetes
 
 from components import names
 from components.evaluate.component import make_evaluate_op
+from components.fingerprint.component import make_fingerprint_op
 from components.ingest.component import make_ingest_op
 from components.push.component import make_push_op
 from components.train.component import make_train_op
@@ -127,6 +128,7 @@ def _thresholds_json(config: PipelineConfig) -> str:
 def create_pipeline(config: PipelineConfig):
     """Returns the `@dsl.pipeline` function for `config` (compile it, or call it under kfp.local)."""
     cpu_image = config.images.cpu_image
+    fingerprint_op = make_fingerprint_op(cpu_image)
     ingest_op = make_ingest_op(cpu_image)
     validate_op = make_validate_op(cpu_image)
     train_op = make_train_op(config.train_image)
@@ -142,16 +144,23 @@ def create_pipeline(config: PipelineConfig):
         serving_base: str = config.serving.base,
         learning_rate: float = config.training.learning_rate,
     ):
+        # Never cached: its outputs put the data's and the served model's state into the
+        # cache keys of ingest and validate, so those are reused only when neither changed.
+        fingerprint_task = fingerprint_op(source=data_source, data_format=data.format, serving_base=serving_base,
+                                          model_name=config.serving.model_name)
+        fingerprint_task.set_display_name("Fingerprint inputs").set_caching_options(False)
+
         ingest_task = ingest_op(
             source=data_source, label=data.label, numeric_features=list(data.numeric_features),
             categorical_features=list(data.categorical_features), eval_percent=data.split.eval_percent,
             split_key=data.split.key or "", numeric_label=config.training.task == "regression",
-            data_format=data.format)
+            data_format=data.format, source_fingerprint=fingerprint_task.outputs["data"])
         ingest_task.set_display_name("Ingest data").set_caching_options(True)
 
         validate_task = validate_op(
             examples=ingest_task.outputs["examples"], label=data.label, settings=validation_settings_json(config),
-            serving_base=serving_base, model_name=config.serving.model_name)
+            serving_base=serving_base, model_name=config.serving.model_name,
+            served_version=fingerprint_task.outputs["served"])
         validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
 
         train_task = train_op(
@@ -181,6 +190,6 @@ def create_pipeline(config: PipelineConfig):
             smoke_timeout=srv.smoke_timeout_seconds, fail_if_not_blessed=evaluation.fail_if_not_blessed)
         push_task.set_display_name("Push to serving").set_caching_options(False)
 
-        for task in (ingest_task, validate_task, train_task, evaluate_task, push_task):
+        for task in (fingerprint_task, ingest_task, validate_task, train_task, evaluate_task, push_task):
             _use_cluster_secrets(task, config)
     return pipeline

@@ -56,7 +56,7 @@ class RunSummary:
         lines = [f"gpupipe run {self.pipeline}: {self.status} in {self.seconds:.1f}s"]
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
-            lines.append(f"  {step.name:<9} {step.status:<8} {took}")
+            lines.append(f"  {step.name:<11} {step.status:<8} {took}")
         if self.validation:
             v = self.validation
             if v.get("baseline"):
@@ -114,13 +114,13 @@ class _ProgressTee(io.TextIOBase):
             self._started[name] = time.monotonic()
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
-            print(f"  {name:<9} running ...", file=self._console, flush=True)
+            print(f"  {name:<11} running ...", file=self._console, flush=True)
         elif m := _END.search(line):
             name, status = m.group(1), m.group(2)
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
-                print(f"  {name:<9} {status} in {self._steps[name].seconds:.1f}s", file=self._console, flush=True)
+                print(f"  {name:<11} {status} in {self._steps[name].seconds:.1f}s", file=self._console, flush=True)
 
 
 def resolve_local_path(path: str) -> str:
@@ -175,7 +175,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     previous_error_env = os.environ.get(ERROR_FILE_ENV)
     os.environ[ERROR_FILE_ENV] = error_file
     started = time.monotonic()
-    print(f"gpupipe run {config.name}: running 5 steps locally (kfp.local)", file=console, flush=True)
+    print(f"gpupipe run {config.name}: running {len(names.STEPS)} steps locally (kfp.local)", file=console, flush=True)
     try:
         with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -72,6 +72,19 @@ def test_push_is_never_cached(penguins_docs):
     assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
 
 
+def test_cached_steps_are_keyed_on_the_uncached_fingerprint(penguins_docs):
+    # New files at the same data source, or a push since, must not reuse a cached ingest/validate.
+    tasks = penguins_docs[1][0]["root"]["dag"]["tasks"]
+    assert tasks["fingerprint"]["cachingOptions"] == {}
+    assert tasks["fingerprint"]["inputs"]["parameters"]["source"] == {"componentInputParameter": "data_source"}
+    assert tasks["fingerprint"]["inputs"]["parameters"]["serving_base"] == {"componentInputParameter": "serving_base"}
+    from_fingerprint = {"taskOutputParameter": {"producerTask": "fingerprint", "outputParameterKey": "data"}}
+    assert tasks["ingest"]["inputs"]["parameters"]["source_fingerprint"] == from_fingerprint
+    from_fingerprint["taskOutputParameter"]["outputParameterKey"] = "served"
+    assert tasks["validate"]["inputs"]["parameters"]["served_version"] == from_fingerprint
+    assert tasks["validate"]["cachingOptions"] == {"enableCache": True}
+
+
 def test_gpu_config_sets_retries_with_backoff(penguins_docs):
     task = penguins_docs[1][0]["root"]["dag"]["tasks"]["train"]
     assert task["retryPolicy"]["maxRetryCount"] == 2

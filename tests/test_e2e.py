@@ -19,8 +19,8 @@ def test_penguins_end_to_end_pushes_a_servable_model(tmp_path):
          "--serving-base", str(serving)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     summary = out.stdout
-    for step in ("ingest", "validate", "train", "evaluate", "push"):
-        assert f"  {step:<9} SUCCESS" in summary
+    for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push"):
+        assert f"  {step:<11} SUCCESS" in summary
     assert f"pushed version 1: {serving / 'penguins' / '1'}" in summary
 
     version = serving / "penguins" / "1"
@@ -93,8 +93,8 @@ def test_bad_data_stops_the_run_before_training(tmp_path):
                         overrides={"data_source": str(data), "serving_base": str(serving)})
     assert not summary.ok
     statuses = {s.name: s.status for s in summary.steps}
-    assert statuses == {"ingest": "SUCCESS", "validate": "FAILURE", "train": "NOT RUN", "evaluate": "NOT RUN",
-                        "push": "NOT RUN"}
+    assert statuses == {"fingerprint": "SUCCESS", "ingest": "SUCCESS", "validate": "FAILURE", "train": "NOT RUN",
+                        "evaluate": "NOT RUN", "push": "NOT RUN"}
     assert len(summary.errors) == 1
     assert summary.errors[0].startswith("validate: data validation found") and "feature 'island'" in summary.errors[0]
     assert not os.path.exists(serving)
