@@ -118,12 +118,12 @@ def input_parts(examples: str, specs, batch: int) -> dict:
 
 
 def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, epochs: int, seed: int,
-                optimizer: str = "adam") -> float:
+                optimizer: str = "adam") -> dict:
     import tf_keras
 
+    from components.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
     from components.train.logic import make_optimizer
-    from components.train.model import (CACHE_DISK, CACHE_MEMORY, CACHE_NONE, build_model, make_dataset,
-                                        make_naive_dataset)
+    from components.train.model import build_model, make_dataset, make_naive_dataset
     from components.train.runtime import choose_strategy
 
     tf_keras.utils.set_random_seed(seed)

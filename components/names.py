@@ -34,3 +34,8 @@ CLASSES = "classes"
 # and named by this environment variable.
 SCRATCH_ENV = "GPUPIPE_SCRATCH_DIR"
 SCRATCH_MOUNT = "/gpupipe-scratch"
+SCRATCH_VOLUME = "gpupipe-scratch"
+
+# Where the trainer keeps parsed batches after the first epoch (training report: input_cache).
+CACHE_NONE, CACHE_MEMORY, CACHE_DISK = "none", "memory", "disk"
+INPUT_CACHES = (CACHE_NONE, CACHE_MEMORY, CACHE_DISK)

@@ -56,7 +56,7 @@ def _mount_scratch(task: dsl.PipelineTask, config: PipelineConfig) -> None:
     """Node-local scratch for the trainer's disk input cache: an emptyDir of the budget's size."""
     budget = config.training.disk_cache_budget_mb
     if budget:
-        kubernetes.empty_dir_mount(task, volume_name="gpupipe-scratch", mount_path=names.SCRATCH_MOUNT,
+        kubernetes.empty_dir_mount(task, volume_name=names.SCRATCH_VOLUME, mount_path=names.SCRATCH_MOUNT,
                                    size_limit=f"{budget}Mi")
         task.set_env_variable(names.SCRATCH_ENV, names.SCRATCH_MOUNT)
 

@@ -26,6 +26,7 @@ from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, ru
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '?([\w-]+)'?")
 _END = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
+STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names in the summary
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunSummary:
         lines = [f"gpupipe run {self.pipeline}: {self.status} in {self.seconds:.1f}s"]
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
-            lines.append(f"  {step.name:<11} {step.status:<8} {took}")
+            lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
         if self.validation:
             v = self.validation
             if v.get("baseline"):
@@ -114,13 +115,14 @@ class _ProgressTee(io.TextIOBase):
             self._started[name] = time.monotonic()
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
-            print(f"  {name:<11} running ...", file=self._console, flush=True)
+            print(f"  {name:<{STEP_COLUMN}} running ...", file=self._console, flush=True)
         elif m := _END.search(line):
             name, status = m.group(1), m.group(2)
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
-                print(f"  {name:<11} {status} in {self._steps[name].seconds:.1f}s", file=self._console, flush=True)
+                print(f"  {name:<{STEP_COLUMN}} {status} in {self._steps[name].seconds:.1f}s", file=self._console,
+                      flush=True)
 
 
 def resolve_local_path(path: str) -> str:

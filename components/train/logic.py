@@ -3,9 +3,9 @@ tf.distribute strategy, resumable (BackupAndRestore every N steps; SIGTERM saves
 exits 143), exported as a SavedModel that takes raw features, with a training report."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import contextlib
 import os
 import shutil
 import tempfile
@@ -84,9 +84,9 @@ def parsed_bytes_per_row(specs: FeatureSpecs, train_stats=None) -> int:
 
 
 INPUT_DESCRIPTIONS = {
-    "memory": "parsed batches cached in memory in the first epoch",
-    "disk": "parsed batches written to local scratch in the first epoch and read from there in later epochs",
-    "none": "shards read and parsed every epoch (the split is over both cache budgets)",
+    names.CACHE_MEMORY: "parsed batches cached in memory in the first epoch",
+    names.CACHE_DISK: "parsed batches written to local scratch in the first epoch and read from there in later epochs",
+    names.CACHE_NONE: "shards read and parsed every epoch (the split is over both cache budgets)",
 }
 
 
@@ -100,27 +100,23 @@ def choose_input_cache(estimated_bytes: int, memory_budget_mb: int, disk_budget_
     """Where the parsed train batches live after the first epoch: "memory" when they fit the
     memory budget; else "disk" when they fit the disk budget and half the scratch
     directory's free space; else "none" (every epoch reads and parses the shards)."""
-    from components.train.model import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
-
     if memory_budget_mb > 0 and estimated_bytes <= memory_budget_mb * 2 ** 20:
-        return CACHE_MEMORY
+        return names.CACHE_MEMORY
     if disk_budget_mb > 0 and estimated_bytes <= disk_budget_mb * 2 ** 20:
         try:
             free = shutil.disk_usage(scratch_dir).free
         except OSError:
             free = 0
         if estimated_bytes <= free // 2:
-            return CACHE_DISK
-    return CACHE_NONE
+            return names.CACHE_DISK
+    return names.CACHE_NONE
 
 
 @contextlib.contextmanager
 def input_cache_directory(cache: str, scratch_dir: str):
     """A fresh directory under scratch for the disk cache ("" for the other modes), removed
     afterwards, also after a preemption. Each process (worker) gets its own."""
-    from components.train.model import CACHE_DISK
-
-    path = tempfile.mkdtemp(prefix="gpupipe-input-cache-", dir=scratch_dir) if cache == CACHE_DISK else ""
+    path = tempfile.mkdtemp(prefix="gpupipe-input-cache-", dir=scratch_dir) if cache == names.CACHE_DISK else ""
     try:
         yield path
     finally:

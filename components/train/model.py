@@ -164,13 +164,8 @@ def label_transform(specs: FeatureSpecs):
     return lambda raw: table.lookup(tf.squeeze(raw, axis=-1))
 
 
-# Input caching modes of make_dataset (the trainer picks one from its budgets).
-CACHE_NONE, CACHE_MEMORY, CACHE_DISK = "none", "memory", "disk"
-INPUT_CACHES = (CACHE_NONE, CACHE_MEMORY, CACHE_DISK)
-
-
 def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
-                 repeat: bool = False, cache: str = CACHE_NONE, cache_dir: str = "",
+                 repeat: bool = False, cache: str = names.CACHE_NONE, cache_dir: str = "",
                  shuffle_buffer: int = 10_000) -> tf.data.Dataset:
     """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
     shuffle, batch then one vectorised parse per batch, prefetch.
@@ -181,9 +176,9 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     skips decompression and parsing (the costly part on the CPU: about 10 of 16
     core-microseconds per example here). Cached batches are replayed in a new order
     every epoch; the examples inside a batch stay together."""
-    if cache not in INPUT_CACHES:
-        raise GpupipeError(f"input cache: '{cache}' is not one of {', '.join(INPUT_CACHES)}")
-    if cache == CACHE_DISK and not cache_dir:
+    if cache not in names.INPUT_CACHES:
+        raise GpupipeError(f"input cache: '{cache}' is not one of {', '.join(names.INPUT_CACHES)}")
+    if cache == names.CACHE_DISK and not cache_dir:
         raise GpupipeError("input cache: 'disk' needs a local scratch directory; set training.scratch_dir")
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
@@ -201,21 +196,19 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
                        cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE,
                        deterministic=not shuffle)
-    if cache == CACHE_NONE:
-        if shuffle:
-            ds = ds.shuffle(shuffle_buffer, seed=seed)
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=seed)
+    if cache == names.CACHE_NONE:
         if repeat:
             ds = ds.repeat()
         ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     else:
-        # The first pass shuffles examples, parses and caches; later passes replay the
-        # parsed batches from the cache in a new order.
-        if shuffle:
-            ds = ds.shuffle(shuffle_buffer, seed=seed)
+        # The first pass parses and caches; later passes replay the parsed batches from
+        # the cache in a new order.
         ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.cache(os.path.join(cache_dir, "parsed-batches") if cache == CACHE_DISK else "")
+        ds = ds.cache(os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
         if shuffle:  # batches held for reordering: fewer when memory is short (disk)
-            ds = ds.shuffle(256 if cache == CACHE_MEMORY else 64, seed=seed)
+            ds = ds.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed)
         if repeat:
             ds = ds.repeat()
     options = tf.data.Options()

@@ -12,7 +12,8 @@ from components.errors import GpupipeError
 from components.ingest.logic import examples_pattern
 from components.train.features import specs_from_statistics
 from components.train.logic import choose_input_cache
-from components.train.model import CACHE_DISK, CACHE_MEMORY, CACHE_NONE, make_dataset, parse_spec
+from components.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
+from components.train.model import make_dataset, parse_spec
 from components.validate.logic import load_statistics
 from conftest import CATEGORICAL, LABEL, NUMERIC, penguin_settings
 

@@ -43,8 +43,8 @@ def tfjob_manifest(name: str, namespace: str, image: str, workers: int, command:
         volumes.append({"name": "gpupipe-secret", "secret": {"secretName": secret_volume["secret"]}})
         mounts.append({"name": "gpupipe-secret", "mountPath": secret_volume["mount"], "readOnly": True})
     if scratch_mb:
-        volumes.append({"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": f"{scratch_mb}Mi"}})
-        mounts.append({"name": "gpupipe-scratch", "mountPath": names.SCRATCH_MOUNT})
+        volumes.append({"name": names.SCRATCH_VOLUME, "emptyDir": {"sizeLimit": f"{scratch_mb}Mi"}})
+        mounts.append({"name": names.SCRATCH_VOLUME, "mountPath": names.SCRATCH_MOUNT})
         container["env"].append({"name": names.SCRATCH_ENV, "value": names.SCRATCH_MOUNT})
     if volumes:
         pod_spec["volumes"], container["volumeMounts"] = volumes, mounts
