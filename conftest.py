@@ -6,12 +6,14 @@ from pathlib import Path
 import pytest
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before any TensorFlow import)
+from components.contracts.settings import Columns
 
 ROOT = Path(__file__).resolve().parent
 PENGUINS_CSV = ROOT / "data" / "penguins.csv"
 NUMERIC = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
 CATEGORICAL = ["island", "sex"]
 LABEL = "species"
+PENGUIN_COLUMNS = Columns(label=LABEL, numeric_features=NUMERIC, categorical_features=CATEGORICAL)
 
 
 @pytest.fixture(scope="session")
@@ -20,11 +22,18 @@ def penguins_csv() -> Path:
 
 
 @pytest.fixture(scope="session")
-def penguin_examples(tmp_path_factory) -> str:
-    from components.ingest.logic import ingest_csv
+def ingest():
+    """The real ingest (components.ingest.logic.ingest_data), for the tests of the steps
+    that read an examples artifact: they get it here instead of importing another step."""
+    from components.ingest.logic import ingest_data
 
+    return ingest_data
+
+
+@pytest.fixture(scope="session")
+def penguin_examples(tmp_path_factory, ingest) -> str:
     out = str(tmp_path_factory.mktemp("examples"))
-    ingest_csv(str(PENGUINS_CSV), out, LABEL, NUMERIC, CATEGORICAL, eval_percent=20)
+    ingest(str(PENGUINS_CSV), out, LABEL, NUMERIC, CATEGORICAL, eval_percent=20)
     return out
 
 
@@ -47,15 +56,14 @@ def penguin_model(tmp_path_factory, penguin_examples, penguin_validation) -> str
     from components.train.logic import train_model
 
     model_dir = str(tmp_path_factory.mktemp("model") / "model")
-    train_model(penguin_examples, penguin_validation["statistics"], model_dir, penguin_settings(epochs=3))
+    train_model(penguin_examples, penguin_validation["statistics"], model_dir, PENGUIN_COLUMNS, penguin_settings(epochs=3))
     return model_dir
 
 
 def penguin_settings(**overrides):
-    from components.train.logic import TrainSettings
+    from components.train.settings import TrainSettings
 
-    base = dict(label=LABEL, numeric_features=NUMERIC, categorical_features=CATEGORICAL, hidden_units=[16],
-                embedding_dim=2, epochs=3, batch_size=32, learning_rate=0.01)
+    base = dict(hidden_units=[16], embedding_dim=2, epochs=3, batch_size=32, learning_rate=0.01)
     return TrainSettings(**{**base, **overrides})
 
 
@@ -76,3 +84,17 @@ def make_csv(tmp_path):
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(scope="session")
+def penguins_config():
+    from pipelines.config import load_config
+
+    return load_config(ROOT / "configs" / "penguins.yaml")
+
+
+@pytest.fixture(scope="session")
+def ctr_config():
+    from pipelines.config import load_config
+
+    return load_config(ROOT / "configs" / "ctr.yaml")

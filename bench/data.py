@@ -40,7 +40,7 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
     import tensorflow_data_validation  # noqa: F401
     from tfx_bsl.coders import example_coder  # noqa: F401
 
-    from components.ingest import synthetic
+    from components.sources import synthetic
 
     csv_path = os.path.join(workdir, f"ctr-{rows}.csv")
     examples = os.path.join(workdir, f"examples-{rows}")
@@ -57,13 +57,13 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
     if name == "statistics":
         import pyarrow as pa
 
-        from components.ingest import sources
+        from components.contracts.statistics import StatisticsAccumulator
         from components.ingest.logic import as_list_batch, column_types, split_is_eval
-        from components.validate.statistics import StatisticsAccumulator
+        from components.sources import readers
 
         types = column_types(synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL)
         train = StatisticsAccumulator()
-        for batch in sources.read_batches(sources.resolve(csv_path)[0], types):
+        for batch in readers.read_batches(readers.resolve(csv_path)[0], types):
             train.add(as_list_batch(batch.filter(pa.array(~split_is_eval(batch, 10, None)))))
         dataset = train.result("train").datasets[0]
         means = {f.path.step[0]: f.num_stats.mean for f in dataset.features if f.HasField("num_stats")}
@@ -100,7 +100,7 @@ def main() -> None:
     p.add_argument("--workdir", default="")
     args = p.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="gpupipe-bench-data-")
-    from components.ingest import synthetic
+    from components.sources import synthetic
 
     sizes = [int(r) for r in args.rows.split(",")]
     beam_sizes = {int(r) for r in args.beam_rows.split(",") if r}

@@ -35,14 +35,14 @@ import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 def prepare(rows: int, workdir: str, seed: int):
     """Synthetic rows -> ingest shards -> train-split statistics -> feature specs."""
-    from components.ingest import synthetic
-    from components.ingest.logic import ingest_csv
-    from components.train.features import specs_from_statistics
+    from components.contracts.features import specs_from_statistics
+    from components.ingest.logic import ingest_data
+    from components.sources import synthetic
     from components.validate.logic import ingest_statistics
 
     examples = os.path.join(workdir, "examples")
     if not os.path.isfile(os.path.join(examples, "statistics", "stats.pb")):
-        ingest_csv(f"synthetic:ctr?rows={rows}&seed={seed}", examples, synthetic.LABEL, synthetic.NUMERIC,
+        ingest_data(f"synthetic:ctr?rows={rows}&seed={seed}", examples, synthetic.LABEL, synthetic.NUMERIC,
                    synthetic.CATEGORICAL, eval_percent=10, shard_rows=max(10_000, rows // 16))
     stats = ingest_statistics(examples)["train"].datasets[0]
     specs = specs_from_statistics(stats, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL, task="binary",
@@ -99,9 +99,10 @@ def input_parts(examples: str, specs, batch: int) -> dict:
     of serialized examples already in memory."""
     import tensorflow as tf
 
+    from components.contracts.examples import split_files
     from components.train.model import parse_spec
 
-    files = sorted(tf.io.gfile.glob(os.path.join(examples, "train", "part-*.tfrecord.gz")))
+    files = split_files(examples, "train")
     cpu, n = time.process_time(), 0
     batches = []
     for records in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(batch):
@@ -121,10 +122,11 @@ def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, ep
                 optimizer: str = "adam") -> dict:
     import tf_keras
 
-    from components.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
+    from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
     from components.train.logic import make_optimizer
     from components.train.model import build_model, make_dataset, make_naive_dataset
     from components.train.runtime import choose_strategy
+    from components.train.settings import TrainSettings
 
     tf_keras.utils.set_random_seed(seed)
     pattern = os.path.join(examples, "train", "part-*.tfrecord.gz")
@@ -138,7 +140,7 @@ def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, ep
                           cache_dir=cache_dir)
     strategy = choose_strategy("auto")  # what the trainer uses on this machine
     with strategy.scope():
-        model = build_model(specs, "dnn", [256, 128, 64], embedding_dim=16)
+        model = build_model(specs, TrainSettings(model="dnn", hidden_units=[256, 128, 64], embedding_dim=16))
         model.compile(optimizer=make_optimizer(optimizer, 1e-3 if optimizer == "adam" else 0.05),
                       loss=tf_keras.losses.SparseCategoricalCrossentropy())
     timer = EpochTimer()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS for this process and its tasks)
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from pipelines.config import PipelineConfig, load_config
 
 COMPILED_DIR = Path("pipelines/compiled")
@@ -114,7 +114,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from components.push.serving import rollback
+    from components.store.served import rollback
 
     config = load_config(args.config)
     base = args.serving_base or config.serving.base

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
-from components import names
-from components.errors import ERROR_FILE_ENV
-from components.ingest.logic import check_columns
-from components.ingest.synthetic import is_synthetic
-from components.io import is_gcs
+from components.contracts import names
+from components.contracts.errors import ERROR_FILE_ENV
+from components.contracts.storage import is_gcs
+from components.sources.readers import check_columns
+from components.sources.synthetic import is_synthetic
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
 
@@ -155,9 +155,9 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     from kfp import local
 
     if config.training.workers > 1:
-        # Multi-worker training is a TFJob on the cluster; on one machine it runs in-process.
-        print(f"gpupipe run {config.name}: training.workers={config.training.workers} runs as a TFJob on the "
-              "cluster; training in-process here", file=console, flush=True)
+        # Multi-worker training is a JobSet or TFJob on the cluster; on one machine it runs in-process.
+        print(f"gpupipe run {config.name}: training.workers={config.training.workers} runs as a "
+              f"{config.training.launcher} on the cluster; training in-process here", file=console, flush=True)
         config = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
     params = {**run_parameters(config), **(overrides or {})}
     params[P_DATA_SOURCE] = resolve_local_path(params[P_DATA_SOURCE])

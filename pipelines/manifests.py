@@ -1,7 +1,7 @@
 """Kubernetes manifests derived from a config (pure functions: config in, dict out)."""
 from __future__ import annotations
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from pipelines.config import PipelineConfig
 
 

@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import List, Optional
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from pipelines.config import PipelineConfig
 from pipelines.version import __version__
 

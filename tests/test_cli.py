@@ -79,8 +79,8 @@ def test_manifest_refuses_a_local_serving_base():
 
 
 def test_rollback_command_moves_stable(tmp_path):
-    from components.serving_store import ServingStore
-    from components.push import serving
+    from components.store import served
+    from components.store.base import ServingStore
 
     model = tmp_path / "model"
     (model / "variables").mkdir(parents=True)
@@ -88,11 +88,11 @@ def test_rollback_command_moves_stable(tmp_path):
     store = ServingStore(str(tmp_path / "serving"), "penguins")
     for _ in range(3):
         store.add_version(str(model))
-    serving.set_labels(store, {"stable": 3})
+    served.set_labels(store, {"stable": 3})
     out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"))
     assert out.returncode == 0, out.stderr
     assert "penguins: stable moved from version 3 to version 2" in out.stdout
-    assert serving.current_labels(store) == {"stable": 2}
+    assert served.current_labels(store) == {"stable": 2}
     out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"), "--to", "9")
     assert out.returncode == 2 and "rollback --to 9: no such version of penguins (versions: 1, 2, 3)" in out.stderr
 
@@ -106,7 +106,9 @@ def test_schema_command_writes_the_inferred_schema_for_review(tmp_path):
     # the curated schema is then used by validate
     raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
     raw["validation"]["schema_file"] = str(tmp_path / "penguins.schema.pbtxt")
+    from components.validate.settings import ValidationSettings
     from pipelines.config import parse_config
-    from pipelines.factory import validation_settings_json
 
-    assert str(tmp_path / "penguins.schema.pbtxt") in validation_settings_json(parse_config(raw))
+    # What the validate task gets: the config's section as JSON, read back by the step.
+    passed = ValidationSettings.from_json(parse_config(raw).validation.model_dump_json())
+    assert passed.schema_file == str(tmp_path / "penguins.schema.pbtxt")

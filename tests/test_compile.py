@@ -55,7 +55,8 @@ def test_trainer_requests_the_configured_accelerator(penguins_docs):
     assert {"name": "GPUPIPE_SCRATCH_DIR", "value": "/gpupipe-scratch"} in train["env"]
     for other in ("exec-ingest", "exec-validate", "exec-evaluate", "exec-push"):
         container = spec["deploymentSpec"]["executors"][other]["container"]
-        assert "resources" not in container and container["image"].split("/")[-1].startswith("gpupipe-cpu:")
+        assert "accelerator" not in container["resources"]
+        assert container["image"].split("/")[-1].startswith("gpupipe-cpu:")
 
 
 def test_every_task_is_a_lightweight_component_without_pip_installs(penguins_docs):
@@ -91,11 +92,91 @@ def test_gpu_config_sets_retries_with_backoff(penguins_docs):
     assert task["retryPolicy"]["backoffDuration"] == "60s" and task["retryPolicy"]["backoffFactor"] == 2.0
 
 
-def test_multi_worker_config_requests_gpus_in_the_tfjob_not_the_launcher():
-    docs = list(yaml.safe_load_all(compile_to_text(load_config(ROOT / "configs" / "ctr.yaml"))))
+def test_multi_worker_config_requests_gpus_in_the_job_not_the_launcher(ctr_config):
+    docs = list(yaml.safe_load_all(compile_to_text(ctr_config)))
     train = docs[0]["deploymentSpec"]["executors"]["exec-train"]["container"]
-    assert "accelerator" not in train.get("resources", {})
-    tfjob = docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["tfjob"]["runtimeValue"]["constant"]
-    spec = json.loads(tfjob)
-    assert spec["workers"] == 2 and spec["gpus"] == 2 and spec["accelerator"] == "nvidia.com/gpu"
+    assert "accelerator" not in train["resources"] and train["resources"]["resourceCpuLimit"] == "500m"
+    launch = docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["launch"]["runtimeValue"]["constant"]
+    spec = json.loads(launch)
+    assert spec["kind"] == "jobset" and spec["workers"] == 2 and spec["shape"]["gpus"] == 2
+    assert spec["shape"]["accelerator"] == "nvidia.com/gpu"
     assert docs[0]["root"]["dag"]["tasks"]["train"]["retryPolicy"]["maxRetryCount"] == 3
+    # The launcher learns its own pod (name and uid) for the job's ownerReference.
+    k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
+    assert {e["name"]: e["fieldPath"] for e in k8s["fieldPathAsEnv"]} == {
+        "GPUPIPE_POD_NAME": "metadata.name", "GPUPIPE_POD_UID": "metadata.uid"}
+
+
+@pytest.mark.parametrize("config_path", CONFIGS, ids=lambda p: p.name)
+def test_every_executor_has_cpu_memory_requests_and_limits_and_a_timeout(config_path):
+    """The committed file, as a user uploads it: no task runs unbounded on the cluster."""
+    config = load_config(config_path)
+    docs = list(yaml.safe_load_all((ROOT / compiled_path(config)).read_text()))
+    executors = docs[0]["deploymentSpec"]["executors"]
+    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert len(executors) == 6
+    for name, executor in executors.items():
+        resources = executor["container"]["resources"]
+        for key in ("resourceCpuRequest", "resourceCpuLimit", "resourceMemoryRequest", "resourceMemoryLimit"):
+            assert resources.get(key), f"{config_path.name}: {name} has no {key}"
+        assert int(platform[name]["activeDeadlineSeconds"]) > 0, f"{config_path.name}: {name} has no timeout"
+
+
+def compiled_pod_shape(docs, executor: str) -> dict:
+    """What the compiled KFP task asks of its pod, in core PodSpec terms."""
+    container = docs[0]["deploymentSpec"]["executors"][executor]["container"]
+    k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][executor]
+    r = container["resources"]
+    limits = {"cpu": r["resourceCpuLimit"], "memory": r["resourceMemoryLimit"]}
+    if "accelerator" in r:
+        limits[r["accelerator"]["resourceType"]] = r["accelerator"]["resourceCount"]
+    return {
+        "resources": {"requests": {"cpu": r["resourceCpuRequest"], "memory": r["resourceMemoryRequest"]},
+                      "limits": limits},
+        "env": {e["name"]: e["value"] for e in container.get("env", [])},
+        "nodeSelector": k8s.get("nodeSelector", {}).get("labels", {}),
+        "tolerations": k8s.get("tolerations", []),
+        "secrets": {(v["secretName"], v["mountPath"]) for v in k8s.get("secretAsVolume", [])},
+        "emptyDirs": {(v["volumeName"], v["mountPath"], v["sizeLimit"]) for v in k8s.get("emptyDirMounts", [])},
+        "imagePullSecrets": [v["secretName"] for v in k8s.get("imagePullSecret", [])],
+        "activeDeadlineSeconds": int(k8s["activeDeadlineSeconds"]),
+    }
+
+
+def job_pod_shape(pod: dict) -> dict:
+    """The same terms, read from a multi-worker job's worker PodSpec."""
+    container = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = container.get("volumeMounts", [])
+    return {
+        "resources": container["resources"],
+        "env": {e["name"]: e["value"] for e in container["env"] if not e["name"].startswith(("TF_", "GPUPIPE_TF_"))},
+        "nodeSelector": pod.get("nodeSelector", {}),
+        "tolerations": pod.get("tolerations", []),
+        "secrets": {(volumes[m["name"]]["secret"]["secretName"], m["mountPath"]) for m in mounts
+                    if "secret" in volumes[m["name"]]},
+        "emptyDirs": {(m["name"], m["mountPath"], volumes[m["name"]]["emptyDir"]["sizeLimit"]) for m in mounts
+                      if "emptyDir" in volumes[m["name"]]},
+        "imagePullSecrets": [s["name"] for s in pod.get("imagePullSecrets", [])],
+        "activeDeadlineSeconds": pod["activeDeadlineSeconds"],
+    }
+
+
+@pytest.mark.parametrize("kind", ["jobset", "tfjob"])
+def test_the_train_task_and_the_job_workers_come_from_one_pod_shape(ctr_config, kind):
+    """The same config trains in the KFP task (one worker) or in a JobSet/TFJob (two): the
+    pods ask for the same resources, placement, secrets, volumes and deadline."""
+    from components.train.launch import Launch, job_manifest
+    from pipelines.factory import launch_json
+
+    def with_training(**update):
+        return ctr_config.model_copy(update={"training": ctr_config.training.model_copy(update=update)})
+
+    single = list(yaml.safe_load_all(compile_to_text(with_training(workers=1))))
+    launch = Launch.from_json(launch_json(with_training(launcher=kind)))
+    manifest = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
+    pod = (manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"] if kind == "tfjob" else
+           manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
+    task, worker = compiled_pod_shape(single, "exec-train"), job_pod_shape(pod)
+    assert task == worker
+    assert task["resources"]["limits"]["nvidia.com/gpu"] == "2" and task["emptyDirs"] and task["secrets"]

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from pipelines.config import load_config, parse_config
 
 pytestmark = pytest.mark.unit

@@ -62,7 +62,7 @@ def test_second_run_compares_with_the_first_runs_version(tmp_path):
     assert first.ok and first.push["version"] == 1 and first.blessing["baseline_version"] is None
     assert "data drift: no baseline yet (nothing served)" in first.render()
     stored = serving / "penguins" / "1" / "assets.extra"
-    assert (stored / "gpupipe" / "statistics.pb").is_file() and (stored / "gpupipe" / "schema.pbtxt").is_file()
+    assert (stored / "gpupipe" / "stats.pb").is_file() and (stored / "gpupipe" / "schema.pbtxt").is_file()
     assert (stored / "tf_serving_warmup_requests").is_file()
 
     second = run_local(undertrained, runs_dir=str(tmp_path / "runs"),

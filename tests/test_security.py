@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from pipelines.cli import compile_to_text
 from pipelines.config import load_config, parse_config
 

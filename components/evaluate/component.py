@@ -3,16 +3,20 @@ from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def evaluate(model: Input[Model], examples: Input[Dataset], metric: str, threshold: float, thresholds: str,
-             slices: list, serving_base: str, model_name: str, metrics: Output[Metrics],
-             confusion: Output[ClassificationMetrics], report: Output[Markdown], blessing: Output[Artifact]):
+def evaluate(model: Input[Model], examples: Input[Dataset], settings: str, threshold: float, serving_base: str,
+             model_name: str, metrics: Output[Metrics], confusion: Output[ClassificationMetrics],
+             report: Output[Markdown], blessing: Output[Artifact]):
     """Scores the model and the model now served on the eval split: Metrics, a confusion
     matrix (and ROC curve for two classes), a Markdown report with slices, and a blessing
-    (value thresholds, and change thresholds against the served version)."""
+    (value thresholds, and change thresholds against the served version). `settings`: the
+    config's evaluation section as JSON; `threshold` (a run parameter) replaces its own."""
     from components.evaluate.logic import run_evaluate
+    from components.evaluate.settings import EvaluationSettings
 
-    evaluation, verdict = run_evaluate(model.path, examples.path, blessing.path, report.path, metric, threshold,
-                                       thresholds, slices, serving_base, model_name)
+    evaluation_settings = EvaluationSettings.from_json(settings).model_copy(update={"threshold": threshold})
+    evaluation, verdict = run_evaluate(model_dir=model.path, examples_dir=examples.path, blessing_dir=blessing.path,
+                                       report_md=report.path, settings=evaluation_settings,
+                                       serving_base=serving_base, model_name=model_name)
     for key, value in evaluation.metrics.items():
         metrics.log_metric(key, value)
     if evaluation.classes:

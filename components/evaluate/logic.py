@@ -12,11 +12,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from components import names
-from components.errors import GpupipeError, reports_errors
+from components.contracts import names
+from components.contracts.blessing import Blessing, write_blessing
+from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.examples import split_files
+from components.contracts.features import load_feature_specs
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         regression_metrics, roc_curve)
-from components.ingest.logic import split_files
+from components.evaluate.settings import EvaluationSettings
 
 SCORE_BATCH = 1024
 EVALUATION_FILE = "evaluation.json"
@@ -45,26 +48,9 @@ class Evaluation:
                 for c in self.classes}
 
 
-@dataclass
-class Blessing:
-    blessed: bool
-    metric: str
-    value: float
-    threshold: float
-    reasons: List[str] = field(default_factory=list)
-    baseline_version: Optional[int] = None
-    baseline_value: Optional[float] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions:
     """Runs the model's `serving_examples` signature over the eval split."""
     import tensorflow as tf
-
-    from components.train.logic import load_feature_specs
 
     specs = load_feature_specs(model_dir)
     serve = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
@@ -74,7 +60,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
     spec.update({s: tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
     index = {c: i for i, c in enumerate(specs.classes)}
     probs, labels, sliced = [], [], {s: [] for s in slices}
-    output = "predictions" if regression else names.PROBABILITIES
+    output = names.PREDICTIONS if regression else names.PROBABILITIES
     for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(SCORE_BATCH):
         probs.append(serve(examples=batch)[output].numpy())
         parsed = tf.io.parse_example(batch, spec)
@@ -186,20 +172,6 @@ def bless_model(evaluation: Evaluation, metric: str, threshold: float, threshold
         metrics={k: v for k, v in evaluation.metrics.items()})
 
 
-def write_blessing(blessing: Blessing, blessing_dir: str) -> None:
-    os.makedirs(blessing_dir, exist_ok=True)
-    with open(os.path.join(blessing_dir, names.BLESSING_FILE), "w", encoding="utf-8") as f:
-        json.dump(blessing.to_dict(), f, indent=2)
-
-
-def read_blessing(blessing_dir: str) -> Blessing:
-    path = os.path.join(blessing_dir, names.BLESSING_FILE)
-    if not os.path.isfile(path):
-        raise GpupipeError(f"blessing: {path} not found; run evaluate before push")
-    with open(path, encoding="utf-8") as f:
-        return Blessing(**json.load(f))
-
-
 def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional[Evaluation]) -> str:
     """Markdown: verdict and reasons, metrics beside the baseline's, slices, confusion matrix."""
     verdict = "**BLESSED**" if blessing.blessed else "**NOT BLESSED**"
@@ -229,22 +201,23 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
 
 
 @reports_errors("evaluate")
-def run_evaluate(model_dir: str, examples_dir: str, blessing_dir: str, report_md: str, metric: str,
-                 threshold: float, thresholds_json: str = "{}", slices: Optional[List[str]] = None,
-                 serving_base: str = "", model_name: str = "") -> tuple[Evaluation, Blessing]:
-    """The evaluate step as the component calls it: scores the candidate and the served
-    baseline (if any), blesses, writes blessing.json and evaluation.json into `blessing_dir`
-    and the Markdown report to the file `report_md`."""
-    from components.push.serving import served_version
+def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report_md: str,
+                 settings: EvaluationSettings, serving_base: str = "", model_name: str = "",
+                 ) -> tuple[Evaluation, Blessing]:
+    """The evaluate step: scores the candidate and the served baseline (if any), blesses
+    (settings.threshold as this run gives it), writes blessing.json and evaluation.json
+    into `blessing_dir` and the Markdown report to the file `report_md`. With
+    `fail_if_not_blessed`, an unblessed model then fails the step."""
+    from components.store.served import served_version
 
-    evaluation = score_model(model_dir, examples_dir, slices)
+    evaluation = score_model(model_dir, examples_dir, list(settings.slices))
     baseline, baseline_version = None, None
     if serving_base and model_name:
         found = served_version(serving_base, model_name)
         if found is not None:
             baseline_version, baseline_dir = found
-            baseline = score_model(baseline_dir, examples_dir, slices)
-    blessing = bless_model(evaluation, metric, threshold, json.loads(thresholds_json or "{}"), baseline,
+            baseline = score_model(baseline_dir, examples_dir, list(settings.slices))
+    blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
                            baseline_version)
     write_blessing(blessing, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
@@ -252,4 +225,7 @@ def run_evaluate(model_dir: str, examples_dir: str, blessing_dir: str, report_md
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)
     with open(report_md, "w", encoding="utf-8") as f:
         f.write(render_report(evaluation, blessing, baseline))
+    if settings.fail_if_not_blessed and not blessing.blessed:
+        raise GpupipeError(f"model not blessed: {'; '.join(blessing.reasons)} (evaluation.fail_if_not_blessed is "
+                           "true; set it to false to end the run green without a push)")
     return evaluation, blessing

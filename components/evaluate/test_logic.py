@@ -4,10 +4,12 @@ import json
 import numpy as np
 import pytest
 
-from components.errors import GpupipeError
-from components.evaluate.logic import (Evaluation, bless_model, read_blessing, render_report, run_evaluate,
-                                       score_model, write_blessing)
+from components.contracts.blessing import read_blessing, write_blessing
+from components.contracts.errors import GpupipeError
+from components.evaluate.logic import Evaluation, bless_model, render_report, run_evaluate, score_model
 from components.evaluate.metrics import average_precision, binary_metrics, multiclass_metrics, regression_metrics, roc_auc
+from components.evaluate.settings import EvaluationSettings
+from components.store.base import ServingStore
 
 pytestmark = pytest.mark.unit
 
@@ -103,19 +105,30 @@ def test_unknown_metric_is_a_clear_error():
 
 
 def test_run_evaluate_scores_the_served_baseline(tmp_path, penguin_model, penguin_examples):
-    from components.push.logic import push_model
-
     base = str(tmp_path / "serving")
-    push_model(penguin_model, True, ["ok"], base, "penguins")
+    ServingStore(base, "penguins").add_version(penguin_model)
+    settings = EvaluationSettings(metric="accuracy", threshold=0.0, change_threshold={"absolute": 0.0},
+                                  slices=["island"])
     evaluation, blessing = run_evaluate(
-        penguin_model, penguin_examples, str(tmp_path / "blessing"), str(tmp_path / "report.md"), "accuracy", 0.0,
-        json.dumps({"accuracy": {"change": {"absolute": 0.0}}}), ["island"], base, "penguins")
+        model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "blessing"),
+        report_md=str(tmp_path / "report.md"), settings=settings, serving_base=base, model_name="penguins")
     assert blessing.baseline_version == 1 and blessing.baseline_value == evaluation.metrics["accuracy"]
     assert blessing.blessed  # the same model is not worse than itself
     report = (tmp_path / "report.md").read_text()
     assert "served v1" in report and "## Slices by island" in report and "Confusion matrix" in report
     saved = json.loads((tmp_path / "blessing" / "evaluation.json").read_text())
     assert saved["metrics"]["accuracy"] == evaluation.metrics["accuracy"]
+
+
+def test_fail_if_not_blessed_fails_the_step_after_writing_why(tmp_path, penguin_model, penguin_examples):
+    settings = EvaluationSettings(metric="accuracy", threshold=1.01, fail_if_not_blessed=True)
+    with pytest.raises(GpupipeError) as err:
+        run_evaluate(model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "b"),
+                     report_md=str(tmp_path / "report.md"), settings=settings)
+    assert str(err.value).startswith("model not blessed: accuracy ") and "below threshold 1.0100" in str(err.value)
+    assert "evaluation.fail_if_not_blessed is true" in str(err.value) and "\n" not in str(err.value)
+    assert read_blessing(str(tmp_path / "b")).blessed is False  # push and the summary still learn why
+    assert "NOT BLESSED" in (tmp_path / "report.md").read_text()
 
 
 def test_report_renders_reasons():

@@ -7,7 +7,7 @@ ingest (the data's fingerprint) and validate (the served version), so their cach
 only when neither changed."""
 from __future__ import annotations
 
-from components.errors import reports_errors
+from components.contracts.errors import reports_errors
 
 NOTHING_SERVED = "none"
 
@@ -16,12 +16,12 @@ NOTHING_SERVED = "none"
 def fingerprint_inputs(source: str, data_format: str, serving_base: str, model_name: str) -> dict:
     """{"data": digest of the source's file names, sizes and mtimes or generations,
     "served": the served version number or "none"}."""
-    from components.ingest import sources
-    from components.push.serving import served_version_number
+    from components.sources import readers
+    from components.store.served import served_version_number
 
-    files = sources.resolve(source, data_format)
+    files = readers.resolve(source, data_format)
     version = served_version_number(serving_base, model_name)
-    result = {"data": sources.fingerprint(files), "files": len(files),
+    result = {"data": readers.fingerprint(files), "files": len(files),
               "served": NOTHING_SERVED if version is None else str(version)}
     print(f"{source}: {result['files']} file(s), fingerprint {result['data']}; served version of {model_name}: "
           f"{result['served']}", flush=True)

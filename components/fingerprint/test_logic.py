@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 from components.fingerprint.logic import NOTHING_SERVED, fingerprint_inputs
 
 pytestmark = pytest.mark.unit
@@ -34,7 +34,7 @@ def test_local_data_fingerprint_follows_the_files(tmp_path):
 
 
 def test_gcs_data_fingerprint_follows_object_generations(tmp_path, monkeypatch):
-    from components.io import gcs_client
+    from components.contracts.storage import gcs_client
     from tests.fixtures.gcs import gcs_emulator
 
     with gcs_emulator(monkeypatch) as bucket:

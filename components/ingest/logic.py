@@ -1,5 +1,5 @@
 """Ingest: CSV, Parquet or TFRecord into gzip TFRecord shards of tf.train.Example, one
-folder per split (reading: components/ingest/sources.py).
+folder per split (reading: components/sources/readers.py).
 
 Rows are read in Arrow batches and written as they come, so memory stays flat. The
 train/eval split is a deterministic hash of a key column (or of the whole row): the
@@ -18,43 +18,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components import names
-from components.errors import GpupipeError, reports_errors
-from components.ingest import sources
-from components.validate.statistics import StatisticsAccumulator, write_statistics
+from components.contracts import names
+from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.examples import ingest_statistics_path, manifest_path, shard_path
+from components.contracts.statistics import StatisticsAccumulator, write_statistics
+from components.ingest.settings import DataSettings
+from components.sources import readers
 
 SHARD_ROWS = 200_000
 # gzip level 1, chosen on measurement (bench/data.py, docs/benchmarks.md): ingest ran 33%
 # faster than at the default level 6, for shards 1.5x larger. Ingest is gzip-bound.
 GZIP_LEVEL = 1
-STATISTICS_DIR = "statistics"
 # The hash key is fixed, so splits never depend on the process or the machine.
 _HASH_KEY = "gpupipe-split-v1"
-
-
-def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,
-                  data_format: str = "auto") -> List[str]:
-    """Fails with one line when the label, a feature or the split key is not a column of
-    the source's first file."""
-    return check_file_columns(sources.resolve(source, data_format)[0], label, features, split_key)
-
-
-def check_file_columns(first: sources.SourceFile, label: str, features: List[str],
-                       split_key: Optional[str] = None) -> List[str]:
-    header = sources.columns_of(first)
-    where = first.uri
-    if label not in header:
-        raise GpupipeError(
-            f"data.label: column '{label}' not found in {where} (columns: {', '.join(header)}); fix data.label")
-    if first.format != "tfrecord":  # a tf.Example may leave a feature out: that is a missing value
-        missing = [f for f in features if f not in header]
-        if missing:
-            raise GpupipeError(
-                f"data features: column(s) {', '.join(missing)} not found in {where} (columns: {', '.join(header)}); "
-                "fix data.numeric_features / data.categorical_features")
-    if split_key and split_key not in header:
-        raise GpupipeError(f"data.split.key: column '{split_key}' not found in {where}; fix data.split.key")
-    return header
 
 
 def column_types(label: str, numeric: List[str], categorical: List[str],
@@ -105,11 +81,11 @@ class _ShardWriter:
     Records are written in a background thread (TFRecordWriter releases the GIL while it
     compresses), so encoding the next batch overlaps with gzip of this one."""
 
-    def __init__(self, directory: str, shard_rows: int, compression_level: int):
+    def __init__(self, examples_dir: str, split: str, shard_rows: int, compression_level: int):
         import tensorflow as tf
 
         self._tf = tf
-        self._dir = directory
+        self._dir, self._split = examples_dir, split
         self._shard_rows = shard_rows
         self._options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
         self._writer = None
@@ -117,7 +93,7 @@ class _ShardWriter:
         self._pending = None
         self.shards = 0
         self.rows = 0
-        tf.io.gfile.makedirs(directory)
+        tf.io.gfile.makedirs(os.path.dirname(shard_path(examples_dir, split, 0)))
 
     def write(self, records: List[bytes]) -> None:
         self.wait()
@@ -139,7 +115,7 @@ class _ShardWriter:
     def _roll(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        path = os.path.join(self._dir, f"part-{self.shards:05d}.tfrecord.gz")
+        path = shard_path(self._dir, self._split, self.shards)
         self._writer = self._tf.io.TFRecordWriter(path, options=self._options)
         self.shards += 1
         self._in_shard = 0
@@ -170,10 +146,10 @@ def ingest_data(
     """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
     or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
     `output_dir/manifest.json`. Returns the manifest."""
-    files = sources.resolve(source, data_format)
-    check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
+    files = readers.resolve(source, data_format)
+    readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
-    writers = {split: _ShardWriter(os.path.join(output_dir, split), shard_rows, compression_level)
+    writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
                for split in names.SPLITS}
     statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
     dropped_no_label = 0
@@ -181,7 +157,7 @@ def ingest_data(
     try:
         for f in files:
             file_rows = 0
-            for batch in sources.read_batches(f, types):
+            for batch in readers.read_batches(f, types):
                 has_label = pc.is_valid(batch.column(0))
                 dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
                 batch = batch.filter(has_label)
@@ -213,7 +189,7 @@ def ingest_data(
         "format": files[0].format,
         "files": per_file,
         "source_bytes": sum(f.size for f in files),
-        "source_fingerprint": sources.fingerprint(files),
+        "source_fingerprint": readers.fingerprint(files),
         "rows": rows,
         "shards": {split: w.shards for split, w in writers.items()},
         "rows_dropped_missing_label": dropped_no_label,
@@ -227,43 +203,27 @@ def ingest_data(
         "compression": {"type": "GZIP", "level": compression_level},
     }
     if statistics:
-        write_statistics(os.path.join(output_dir, STATISTICS_DIR, names.STATS_FILE),
-                         {split: acc.result(split) for split, acc in statistics.items()})
-        manifest["statistics"] = {"file": f"{STATISTICS_DIR}/{names.STATS_FILE}",
+        stats_path = ingest_statistics_path(output_dir)
+        write_statistics(stats_path, {split: acc.result(split) for split, acc in statistics.items()})
+        manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir),
                                   "seconds": round(sum(st.seconds for st in statistics.values()), 3)}
-    with open(os.path.join(output_dir, names.MANIFEST_FILE), "w", encoding="utf-8") as fh:
+    with open(manifest_path(output_dir), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
     return manifest
 
 
-ingest_csv = ingest_data  # the name of the first, CSV-only version
-
-
-def examples_pattern(examples_dir: str, split: str) -> str:
-    """The glob of one split's shards inside an ingest output."""
-    return os.path.join(examples_dir, split, "part-*.tfrecord.gz")
-
-
-def split_files(examples_dir: str, split: str, required: bool = True) -> List[str]:
-    """One split's shards (local or gs://), sorted; none is an error when `required`."""
-    import tensorflow as tf
-
-    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, split)))
-    if required and not files:
-        raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
-    return files
-
 
 @reports_errors("ingest")
-def run_ingest(source: str, output_dir: str, label: str, numeric_features: List[str],
-               categorical_features: List[str], eval_percent: int, split_key: str = "",
-               numeric_label: bool = False, data_format: str = "auto", source_fingerprint: str = "") -> dict:
-    """The ingest step as the component calls it (`split_key` "" means: hash the whole row).
-    `source_fingerprint`: what the fingerprint step saw (the cache key); a different
-    fingerprint now means the data changed in between, and what is there now is read."""
-    manifest = ingest_data(source, output_dir, label, numeric_features, categorical_features, eval_percent,
-                           split_key or None, numeric_label=numeric_label, data_format=data_format)
+def run_ingest(*, settings: DataSettings, examples_dir: str, numeric_label: bool = False,
+               source_fingerprint: str = "") -> dict:
+    """The ingest step: `settings` is the config's data section (its source as this run
+    gives it). `source_fingerprint`: what the fingerprint step saw (the cache key); a
+    different fingerprint now means the data changed in between, and what is there now is
+    read. Returns the manifest."""
+    manifest = ingest_data(settings.source, examples_dir, settings.label, list(settings.numeric_features),
+                           list(settings.categorical_features), settings.split.eval_percent, settings.split.key,
+                           numeric_label=numeric_label, data_format=settings.format)
     if source_fingerprint and source_fingerprint != manifest["source_fingerprint"]:
-        print(f"note: {source} changed after the fingerprint step ({source_fingerprint} -> "
+        print(f"note: {settings.source} changed after the fingerprint step ({source_fingerprint} -> "
               f"{manifest['source_fingerprint']}); ingested the files as they are now", flush=True)
     return manifest

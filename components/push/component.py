@@ -1,21 +1,30 @@
 """KFP wrapper for push: maps typed artifacts to `components.push.logic.run_push`."""
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
 def push(model: Input[Model], blessing: Input[Artifact], examples: Input[Dataset], statistics: Input[Artifact],
-         schema: Input[Artifact], serving_base: str, model_name: str, keep_versions: int, endpoint: str,
-         smoke_rows: int, smoke_timeout: float, fail_if_not_blessed: bool, pushed: Output[Artifact]) -> str:
+         schema: Input[Artifact], settings: str, serving_base: str, pushed: Output[Artifact],
+         outcome: Output[Metrics], summary: Output[Markdown]) -> str:
     """Copies a blessed model to <serving_base>/<model_name>/<next integer version>/ (whole or
     not at all) with warmup requests, training statistics, schema and metrics; labels it in
     models.config; smoke-tests it when an endpoint is set; keeps the newest versions. An
-    unblessed model is not pushed and the output says why. Returns the version's path or ""."""
+    unblessed model is not pushed: the task's Markdown says "not pushed: <reason>" and its
+    metric `pushed` is 0. `settings`: the config's serving section as JSON; `serving_base`
+    (a run parameter) replaces its base. Returns the version's path or ""."""
     from components.push.logic import run_push
+    from components.push.settings import ServingSettings
 
-    result = run_push(model.path, blessing.path, examples.path, statistics.path, schema.path, serving_base,
-                      model_name, pushed.path, keep_versions, endpoint, smoke_rows, smoke_timeout,
-                      fail_if_not_blessed)
+    serving = ServingSettings.from_json(settings).model_copy(update={"base": serving_base})
+    result = run_push(model_dir=model.path, blessing_dir=blessing.path, examples_dir=examples.path,
+                      statistics_dir=statistics.path, schema_dir=schema.path, output_dir=pushed.path,
+                      settings=serving)
     pushed.metadata.update(result.to_dict())
+    outcome.log_metric("pushed", int(result.pushed))
+    if result.version is not None:
+        outcome.log_metric("version", result.version)
+    with open(summary.path, "w", encoding="utf-8") as f:
+        f.write(result.markdown())
     return result.path or ""
 
 

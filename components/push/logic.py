@@ -15,11 +15,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from components import names
-from components.errors import GpupipeError, reports_errors
-from components.ingest.logic import split_files
-from components.push import models_config, serving
-from components.serving_store import ServingStore
+from components.contracts import names
+from components.contracts.blessing import read_blessing
+from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.examples import split_files
+from components.push.settings import ServingSettings
+from components.store import models_config, served
+from components.store.base import ServingStore
 
 
 @dataclass
@@ -34,6 +36,17 @@ class PushResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def markdown(self) -> str:
+        """What the push task shows in the Kubeflow UI: pushed where, or not pushed and why."""
+        if not self.pushed:
+            return f"# Not pushed\n\nnot pushed: {self.reason}\n"
+        lines = [f"# Pushed version {self.version}", "", f"- path: `{self.path}`", f"- {self.reason}"]
+        if self.smoke_test:
+            lines.append(f"- smoke test {self.smoke_test}")
+        if self.removed_versions:
+            lines.append(f"- retention removed versions {', '.join(map(str, self.removed_versions))}")
+        return "\n".join(lines) + "\n"
 
 
 def eval_examples(examples_dir: str, count: int) -> List[bytes]:
@@ -66,14 +79,14 @@ def stage_version(model_dir: str, into: str, model_name: str, examples: List[byt
     staged = os.path.join(into, "version")
     shutil.copytree(model_dir, staged)
     if examples:
-        write_warmup_requests(os.path.join(staged, serving.EXTRA_DIR, serving.WARMUP_FILE), model_name, examples)
-    extra = os.path.join(staged, serving.EXTRA_DIR, serving.GPUPIPE_DIR)
+        write_warmup_requests(os.path.join(staged, served.EXTRA_DIR, served.WARMUP_FILE), model_name, examples)
+    extra = os.path.join(staged, served.EXTRA_DIR, served.GPUPIPE_DIR)
     os.makedirs(extra, exist_ok=True)
     if statistics_file:
-        shutil.copy(statistics_file, os.path.join(extra, serving.STATS_FILE))
+        shutil.copy(statistics_file, os.path.join(extra, names.STATS_FILE))
     if schema_file:
-        shutil.copy(schema_file, os.path.join(extra, serving.SCHEMA_FILE))
-    with open(os.path.join(extra, serving.METRICS_FILE), "w", encoding="utf-8") as f:
+        shutil.copy(schema_file, os.path.join(extra, names.SCHEMA_FILE))
+    with open(os.path.join(extra, served.METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(metrics or {}, f, indent=2)
     return staged
 
@@ -90,7 +103,7 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
     with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
         staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics)
         version = store.add_version(staged)
-    labels = serving.current_labels(store)
+    labels = served.current_labels(store)
     stable_before = labels.get(models_config.STABLE)
     result = PushResult(pushed=True, reason="blessed: " + "; ".join(blessing_reasons), version=version,
                         path=store.version_path(version))
@@ -98,17 +111,17 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
         from components.push.smoke import smoke_test
 
         before = store.read_models_config()
-        serving.set_labels(store, {**labels, models_config.CANARY: version})
+        served.set_labels(store, {**labels, models_config.CANARY: version})
         try:
             gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], smoke_timeout)
         except GpupipeError:
             store.write_models_config(before or "")  # serve exactly what was served before
             raise
         result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
-    serving.set_labels(store, {models_config.STABLE: version})
+    served.set_labels(store, {models_config.STABLE: version})
     result.stable = version
     if keep_versions:
-        result.removed_versions = serving.apply_retention(store, keep_versions)
+        result.removed_versions = served.apply_retention(store, keep_versions)
     if stable_before is not None and stable_before != version:
         result.reason += f"; stable moved from version {stable_before}"
     return result
@@ -121,24 +134,21 @@ def write_result(result: PushResult, output_dir: str) -> None:
 
 
 @reports_errors("push")
-def run_push(model_dir: str, blessing_dir: str, examples_dir: str, statistics_dir: str, schema_dir: str,
-             base: str, model_name: str, output_dir: str, keep_versions: int = 5, endpoint: str = "",
-             smoke_rows: int = 8, smoke_timeout: float = 120.0, fail_if_not_blessed: bool = False) -> PushResult:
-    """The push step as the component calls it: reads the blessing, pushes or not, records why."""
-    from components.evaluate.logic import read_blessing
-
+def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics_dir: str, schema_dir: str,
+             output_dir: str, settings: ServingSettings) -> PushResult:
+    """The push step: reads the blessing, pushes to `settings.base` (as this run gives it)
+    or not, and records why in `output_dir`."""
     blessing = read_blessing(blessing_dir)
     try:
         result = push_model(
-            model_dir, blessing.blessed, blessing.reasons, base, model_name,
-            examples=eval_examples(examples_dir, smoke_rows) if blessing.blessed else [],
+            model_dir, blessing.blessed, blessing.reasons, settings.base, settings.model_name,
+            examples=eval_examples(examples_dir, settings.smoke_rows) if blessing.blessed else [],
             statistics_file=os.path.join(statistics_dir, names.STATS_FILE),
             schema_file=os.path.join(schema_dir, names.SCHEMA_FILE),
-            metrics=blessing.metrics, keep_versions=keep_versions, endpoint=endpoint, smoke_timeout=smoke_timeout)
+            metrics=blessing.metrics, keep_versions=settings.keep_versions, endpoint=settings.endpoint or "",
+            smoke_timeout=settings.smoke_timeout_seconds)
     except GpupipeError as err:
         write_result(PushResult(pushed=False, reason=str(err)), output_dir)
         raise
     write_result(result, output_dir)
-    if not result.pushed and fail_if_not_blessed:
-        raise GpupipeError(f"model not pushed, {result.reason} (evaluation.fail_if_not_blessed is true)")
     return result

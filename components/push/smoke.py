@@ -8,8 +8,8 @@ from typing import List
 
 import numpy as np
 
-from components import names
-from components.errors import GpupipeError
+from components.contracts import names
+from components.contracts.errors import GpupipeError
 
 RPC_TIMEOUT = 10.0
 POLL_SECONDS = 0.5

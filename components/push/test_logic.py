@@ -10,10 +10,12 @@ import time
 
 import pytest
 
-from components.errors import GpupipeError
-from components.push import models_config, serving
+from components.contracts.blessing import Blessing, write_blessing
+from components.contracts.errors import GpupipeError
 from components.push.logic import eval_examples, push_model, run_push
-from components.serving_store import ServingStore
+from components.push.settings import ServingSettings
+from components.store import models_config, served
+from components.store.base import ServingStore
 
 pytestmark = pytest.mark.unit
 
@@ -52,15 +54,16 @@ def test_unblessed_model_is_not_pushed(tmp_path, model_dir):
     assert not os.path.exists(base)
 
 
-def test_fail_if_not_blessed_fails_the_step_and_records_why(tmp_path, model_dir):
-    from components.evaluate.logic import Blessing, write_blessing
-
+def test_run_push_of_an_unblessed_model_records_not_pushed_and_why(tmp_path, model_dir):
     write_blessing(Blessing(False, "accuracy", 0.5, 0.9, ["accuracy 0.5000 is below threshold 0.9000"]),
                    str(tmp_path / "b"))
-    with pytest.raises(GpupipeError, match="model not pushed, not blessed: accuracy 0.5000 is below"):
-        run_push(model_dir, str(tmp_path / "b"), "", str(tmp_path / "s"), str(tmp_path / "c"),
-                 str(tmp_path / "serving"), "m", str(tmp_path / "out"), fail_if_not_blessed=True)
+    result = run_push(model_dir=model_dir, blessing_dir=str(tmp_path / "b"), examples_dir="",
+                      statistics_dir=str(tmp_path / "s"), schema_dir=str(tmp_path / "c"),
+                      output_dir=str(tmp_path / "out"), settings=ServingSettings(base=str(tmp_path / "serving"),
+                                                                                 model_name="m"))
     assert '"pushed": false' in (tmp_path / "out" / "push.json").read_text()
+    assert result.markdown() == "# Not pushed\n\nnot pushed: not blessed: accuracy 0.5000 is below threshold 0.9000\n"
+    assert not (tmp_path / "serving").exists()
 
 
 def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
@@ -123,8 +126,8 @@ def test_retention_never_deletes_a_labelled_version(tmp_path, model_dir):
     store = ServingStore(base, "m")
     for _ in range(3):
         store.add_version(model_dir)
-    serving.set_labels(store, {"stable": 1, "canary": 3})
-    assert serving.apply_retention(store, 1) == [2]
+    served.set_labels(store, {"stable": 1, "canary": 3})
+    assert served.apply_retention(store, 1) == [2]
     assert store.versions() == [1, 3]
 
 
@@ -133,13 +136,13 @@ def test_rollback_changes_what_models_config_serves(tmp_path, model_dir):
     for _ in range(3):
         push_model(model_dir, True, ["ok"], base, "m")
     assert labels(base) == {"stable": 3}
-    assert serving.rollback(base, "m") == (3, 2)
+    assert served.rollback(base, "m") == (3, 2)
     text = (tmp_path / "serving" / "models.config").read_text()
     assert "versions: 2" in text and 'key: "stable"' in text and "value: 2" in text
-    assert serving.served_version(base, "m")[0] == 2  # the next run's baseline follows the label
-    assert serving.rollback(base, "m", to=1) == (2, 1)
+    assert served.served_version(base, "m")[0] == 2  # the next run's baseline follows the label
+    assert served.rollback(base, "m", to=1) == (2, 1)
     with pytest.raises(GpupipeError, match="rollback --to 7: no such version of m"):
-        serving.rollback(base, "m", to=7)
+        served.rollback(base, "m", to=7)
 
 
 def test_models_config_keeps_other_models(tmp_path, model_dir):

@@ -1,11 +1,15 @@
 """The train entry point: `python -m components.train ...`. The KFP component calls the
-same function in-process; TFJob workers run this command."""
+same function in-process; the workers of a multi-worker job run this command."""
 import argparse
+import os
 import sys
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
+from components.contracts.settings import Columns
+from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
+from components.train.settings import TrainSettings
 
 
 def main(argv=None) -> int:
@@ -13,14 +17,19 @@ def main(argv=None) -> int:
     p.add_argument("--examples", required=True, help="ingest output (local path or gs://)")
     p.add_argument("--statistics", required=True, help="validate's statistics output")
     p.add_argument("--model-dir", required=True, help="where the chief writes the SavedModel")
+    p.add_argument("--columns", required=True, help="the label and features (Columns as JSON)")
     p.add_argument("--settings", required=True, help="TrainSettings as JSON")
     p.add_argument("--backup-dir", default="", help="BackupAndRestore directory a retry finds")
     p.add_argument("--log-dir", default="", help="TensorBoard logs")
     p.add_argument("--report-dir", default="", help="training report (JSON and Markdown)")
     args = p.parse_args(argv)
+    tf_config = tf_config_from_env()
+    if tf_config:  # a JobSet worker: gpupipe, not an operator, gives TF_CONFIG
+        os.environ["TF_CONFIG"] = tf_config
     try:
-        run_train(args.examples, args.statistics, args.model_dir, args.settings, args.backup_dir, args.log_dir,
-                  args.report_dir)
+        run_train(examples_dir=args.examples, statistics_dir=args.statistics, model_dir=args.model_dir,
+                  columns=Columns.from_json(args.columns), settings=TrainSettings.from_json(args.settings),
+                  backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir)
     except GpupipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

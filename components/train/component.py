@@ -3,18 +3,24 @@ from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def train(examples: Input[Dataset], statistics: Input[Artifact], settings: str, tfjob: str, epochs: int,
-          learning_rate: float, model: Output[Model], tensorboard: Output[Artifact], report: Output[Metrics],
-          summary: Output[Markdown]):
-    """A tf_keras model (dnn, wide_deep, cross or custom) trained under a tf.distribute
-    strategy (in this pod, or as a TFJob when `tfjob` is set), resumable from
-    BackupAndRestore checkpoints; exports a SavedModel taking raw features. Report:
-    examples/s, step time p50/p95, input wait, GPU utilisation, GPU-hours and cost."""
+def train(examples: Input[Dataset], statistics: Input[Artifact], columns: str, settings: str, launch: str,
+          epochs: int, learning_rate: float, model: Output[Model], tensorboard: Output[Artifact],
+          report: Output[Metrics], summary: Output[Markdown]):
+    """A tf_keras model (a registered family or a custom one) trained under a tf.distribute
+    strategy (in this pod, or as a multi-worker JobSet/TFJob when `launch` is set),
+    resumable from BackupAndRestore checkpoints; exports a SavedModel taking raw features.
+    `settings`: the config's training section as JSON; `epochs` and `learning_rate` (run
+    parameters) replace its own. Report: examples/s, step time p50/p95, input wait, GPU
+    utilisation, GPU-hours and cost."""
+    from components.contracts.settings import Columns
     from components.train.logic import run_train_task
+    from components.train.settings import TrainSettings
 
-    result = run_train_task((examples.path, examples.uri), (statistics.path, statistics.uri),
-                            (model.path, model.uri), tensorboard.path, summary.path, settings, epochs,
-                            learning_rate, tfjob)
+    train_settings = TrainSettings.from_json(settings).model_copy(
+        update={"epochs": epochs, "learning_rate": learning_rate})
+    result = run_train_task(examples=(examples.path, examples.uri), statistics=(statistics.path, statistics.uri),
+                            model=(model.path, model.uri), log_dir=tensorboard.path, summary_md=summary.path,
+                            columns=Columns.from_json(columns), settings=train_settings, launch=launch)
     for key, value in result.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             report.log_metric(key, value)

@@ -10,55 +10,19 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components import names
-from components.errors import GpupipeError, reports_errors
-from components.ingest.logic import examples_pattern
-from components.train.features import FeatureSpecs, feature_statistics, specs_from_statistics
+from components.contracts import names
+from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.examples import examples_pattern
+from components.contracts.features import FeatureSpecs, feature_statistics, specs_from_statistics, write_feature_specs
+from components.contracts.settings import Columns
 from components.train.runtime import (PREEMPTED_EXIT_CODE, Preempted, cluster_workers,  # noqa: F401 (re-exported)
                                       is_chief)
+from components.train.settings import TrainSettings
 
-SPECS_FILE = "gpupipe_features.json"  # inside the SavedModel's assets.extra/
 REPORT_MD = "report.md"
-
-
-@dataclass
-class TrainSettings:
-    """Everything about how to train; the config's `training:` section maps onto it."""
-
-    label: str
-    numeric_features: List[str] = field(default_factory=list)
-    categorical_features: List[str] = field(default_factory=list)
-    task: str = "multiclass"
-    model: str = "dnn"
-    custom_model: str = ""
-    hidden_units: List[int] = field(default_factory=lambda: [64, 32])
-    embedding_dim: int = 8
-    max_vocabulary: int = 1000
-    hash_buckets: int = 1000
-    cross_layers: int = 2
-    epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    optimizer: str = "adam"
-    scale_learning_rate: bool = False
-    shuffle_buffer: int = 10_000
-    cache_budget_mb: int = 1024
-    disk_cache_budget_mb: int = 20480
-    scratch_dir: str = ""
-    strategy: str = "auto"
-    mixed_precision: str = "auto"
-    xla: bool = False
-    checkpoint_steps: int = 200
-    gpu_hour_price: float = 0.0
-    seed: int = 42
-
-    @classmethod
-    def from_json(cls, text: str) -> "TrainSettings":
-        return cls(**json.loads(text))
 
 
 def make_optimizer(name: str, learning_rate: float):
@@ -124,40 +88,67 @@ def input_cache_directory(cache: str, scratch_dir: str):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _read_text(path: str) -> str:
+def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float):
+    """The configured family (or the custom builder) under the strategy, compiled with the
+    task's loss and metric."""
+    import tf_keras
+
+    from components.train.model import build_model, load_custom_builder
+
+    with strategy.scope():
+        builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
+        model = builder(specs, settings)
+        if settings.task == "regression":
+            loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
+        else:
+            loss = tf_keras.losses.SparseCategoricalCrossentropy()
+            metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
+                      jit_compile=settings.xla)
+    return model
+
+
+def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool) -> None:
+    """Every worker takes part in the save (collective ops); only the chief's copy is kept,
+    with the feature specs beside it."""
     import tensorflow as tf
 
-    with tf.io.gfile.GFile(path) as f:
-        return f.read()
+    from components.train.model import export_saved_model
+
+    target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
+    export_saved_model(model, specs, target)
+    if chief:
+        write_feature_specs(specs, model_dir)
+    else:
+        tf.io.gfile.rmtree(target)
 
 
-def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings: TrainSettings,
+def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
                 backup_dir: Optional[str] = None, log_dir: Optional[str] = None) -> dict:
     """Trains on `examples_dir/train`, exports a SavedModel to `model_dir` (the chief only)
     and returns the training report. A checkpoint in `backup_dir` is resumed from."""
     import tensorflow as tf
     import tf_keras
 
-    from components.train.model import build_model, export_saved_model, load_custom_builder, make_dataset
+    from components.contracts.statistics import load_statistics
+    from components.train.model import make_dataset
     from components.train.runtime import (GpuSampler, PreemptionGuard, ResumeLog, StepTimer, choose_strategy,
                                           compute_capability, precision_policy)
-    from components.validate.logic import load_statistics
 
     s = settings
     tf_keras.utils.set_random_seed(s.seed)
     train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
-    specs = specs_from_statistics(train_stats, s.label, s.numeric_features, s.categorical_features, s.task,
-                                  s.max_vocabulary, s.hash_buckets)
+    specs = specs_from_statistics(train_stats, columns.label, list(columns.numeric_features),
+                                  list(columns.categorical_features), s.task, s.max_vocabulary, s.hash_buckets)
     strategy = choose_strategy(s.strategy)
-    capability = compute_capability()
-    policy = precision_policy(s.mixed_precision, capability)
+    policy = precision_policy(s.mixed_precision, compute_capability())
     tf_keras.mixed_precision.set_global_policy(policy)
     replicas = strategy.num_replicas_in_sync
     global_batch = s.batch_size * replicas
     learning_rate = s.learning_rate * (replicas if s.scale_learning_rate else 1)
     train_rows = int(train_stats.num_examples)
     steps_per_epoch = max(1, math.ceil(train_rows / global_batch))
-    scratch = scratch_directory(s.scratch_dir)
+    scratch = scratch_directory(s.scratch_dir or "")
     estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
     cache = choose_input_cache(estimated, s.cache_budget_mb, s.disk_cache_budget_mb, scratch)
     with input_cache_directory(cache, scratch) as cache_dir:
@@ -166,17 +157,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
                                seed=s.seed, repeat=True, cache=cache, cache_dir=cache_dir,
                                shuffle_buffer=s.shuffle_buffer)
-
-        with strategy.scope():
-            builder = load_custom_builder(s.custom_model) if s.custom_model else build_model
-            model = builder(specs, s.model, s.hidden_units, s.embedding_dim, s.cross_layers)
-            if s.task == "regression":
-                loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
-            else:
-                loss = tf_keras.losses.SparseCategoricalCrossentropy()
-                metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-            model.compile(optimizer=make_optimizer(s.optimizer, learning_rate), loss=loss, metrics=metrics,
-                          jit_compile=s.xla)
+        model = compile_model(specs, s, strategy, learning_rate)
 
         tf_config = os.environ.get("TF_CONFIG")
         chief = is_chief(tf_config)
@@ -205,24 +186,16 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
         if guard and guard.preempted:
             raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
 
-        # Every worker takes part in the save (collective ops); only the chief's copy is kept.
-        target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
-        export_saved_model(model, specs, target)
-        if chief:
-            extra = os.path.join(model_dir, "assets.extra")
-            tf.io.gfile.makedirs(extra)
-            with tf.io.gfile.GFile(os.path.join(extra, SPECS_FILE), "w") as f:
-                f.write(json.dumps(specs.to_dict(), indent=2))
-        else:
-            tf.io.gfile.rmtree(target)
+        export_model(model, specs, model_dir, chief)
         if backup_dir and chief and tf.io.gfile.exists(backup_dir):
             tf.io.gfile.rmtree(backup_dir)  # the model is whole; a later retry need not resume
 
         steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
         p50, p95 = timer.percentiles()
+        workers = cluster_workers(tf_config)
         gpus = len(tf.config.list_physical_devices("GPU"))
-        gpu_hours = gpus * cluster_workers(tf_config) * seconds / 3600
-        compute_p50 = compute_only_step_seconds(model, dataset, strategy) if cluster_workers(tf_config) == 1 else None
+        gpu_hours = gpus * workers * seconds / 3600
+        compute_p50 = compute_only_step_seconds(model, dataset, strategy) if workers == 1 else None
         history_key = "rmse" if s.task == "regression" else "accuracy"
         return {
             "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
@@ -237,7 +210,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, settings
             "input_wait_fraction": (round(max(0.0, 1 - compute_p50 / p50), 3) if (p50 and compute_p50) else None),
             "train_examples": train_rows,
             "replicas": replicas,
-            "workers": cluster_workers(tf_config),
+            "workers": workers,
             "strategy": strategy_name(strategy),
             "global_batch_size": global_batch,
             "learning_rate": learning_rate,
@@ -299,24 +272,15 @@ def render_report(report: dict) -> str:
     return "# Training report\n\n| measure | value |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 
-def load_feature_specs(model_dir: str) -> FeatureSpecs:
-    """The feature specs a trained model was built with (written next to it at export)."""
-    import tensorflow as tf
-
-    path = os.path.join(model_dir, "assets.extra", SPECS_FILE)
-    if not tf.io.gfile.exists(path):
-        raise GpupipeError(f"model: {path} not found; {model_dir} is not a gpupipe model, retrain it")
-    return FeatureSpecs.from_dict(json.loads(_read_text(path)))
-
-
 @reports_errors("train")
-def run_train(examples_dir: str, statistics_dir: str, model_dir: str, settings_json: str, backup_dir: str = "",
-              log_dir: str = "", report_dir: str = "") -> dict:
-    """The train step as the component and `python -m components.train` call it. Exits with
-    143 after a SIGTERM checkpoint (KFP and TFJob retry it; the retry resumes)."""
-    settings = TrainSettings.from_json(settings_json)
+def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
+              backup_dir: str = "", log_dir: str = "", report_dir: str = "") -> dict:
+    """Training in this process, as the train task and `python -m components.train` (each
+    worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (KFP
+    and the job controller retry it; the retry resumes)."""
     try:
-        report = train_model(examples_dir, statistics_dir, model_dir, settings, backup_dir or None, log_dir or None)
+        report = train_model(examples_dir, statistics_dir, model_dir, columns, settings, backup_dir or None,
+                             log_dir or None)
     except Preempted as err:
         print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
         raise SystemExit(PREEMPTED_EXIT_CODE) from None
@@ -337,35 +301,30 @@ def _sibling(location: str, name: str) -> str:
 
 
 @reports_errors("train")
-def run_train_task(examples: tuple, statistics: tuple, model: tuple, log_dir: str, summary_md: str,
-                   settings_json: str, epochs: int, learning_rate: float, tfjob_json: str = "") -> dict:
-    """The train component's body. `examples`, `statistics`, `model` are (local path, URI)
-    pairs of the KFP artifacts. One node: trains in this process. `tfjob_json` set (workers
-    > 1): runs the same entry point as a TFJob on the artifact URIs and follows it. The
-    BackupAndRestore directory sits beside the model output, where a retry of this task
-    finds it. The Markdown report is copied to `summary_md`. Returns the training report
-    (the chief's)."""
+def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir: str, summary_md: str,
+                   columns: Columns, settings: TrainSettings, launch: str = "") -> dict:
+    """The train task. `examples`, `statistics`, `model` are (local path, URI) pairs of the
+    KFP artifacts. Without `launch`: trains in this process. With `launch` (workers > 1, a
+    components.train.launch.Launch as JSON): runs the same entry point as a multi-worker job
+    on the artifact URIs and follows it. The BackupAndRestore directory sits beside the
+    model output, where a retry of this task finds it. The Markdown report is copied to
+    `summary_md`. Returns the training report (the chief's)."""
     import tensorflow as tf
 
-    settings = {**json.loads(settings_json), "epochs": epochs, "learning_rate": learning_rate}
-    if not tfjob_json:
+    if not launch:
         report_dir = _sibling(model[0], "report")
-        report = run_train(examples[0], statistics[0], model[0], json.dumps(settings), _sibling(model[0], "backup"),
-                           log_dir, report_dir)
+        report = run_train(examples_dir=examples[0], statistics_dir=statistics[0], model_dir=model[0],
+                           columns=columns, settings=settings, backup_dir=_sibling(model[0], "backup"),
+                           log_dir=log_dir, report_dir=report_dir)
     else:
-        from components.train.tfjob import current_namespace, kubernetes_api, run_tfjob, tfjob_manifest
-        import uuid
+        from components.train.launch import Launch, run_training_job
 
-        spec = json.loads(tfjob_json)
         report_dir = _sibling(model[1], "report")
         command = ["python", "-m", "components.train", "--examples", examples[1], "--statistics", statistics[1],
-                   "--model-dir", model[1], "--settings", json.dumps(settings), "--backup-dir",
-                   _sibling(model[1], "backup"), "--log-dir", _sibling(model[1], "tensorboard"),
-                   "--report-dir", report_dir]
-        manifest = tfjob_manifest(name=f"gpupipe-train-{uuid.uuid4().hex[:8]}",
-                                  namespace=spec.get("namespace") or current_namespace(), command=command,
-                                  **{k: v for k, v in spec.items() if k != "namespace"})
-        run_tfjob(manifest, kubernetes_api())
+                   "--model-dir", model[1], "--columns", columns.model_dump_json(),
+                   "--settings", settings.model_dump_json(), "--backup-dir", _sibling(model[1], "backup"),
+                   "--log-dir", _sibling(model[1], "tensorboard"), "--report-dir", report_dir]
+        run_training_job(Launch.from_json(launch), command)
         with tf.io.gfile.GFile(os.path.join(report_dir, names.TRAIN_REPORT_FILE)) as f:
             report = json.loads(f.read())
     if summary_md:

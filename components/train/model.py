@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 import tf_keras
 
-from components import names
-from components.errors import GpupipeError
-from components.train.features import FeatureSpecs
+from components.contracts import names
+from components.contracts.errors import GpupipeError
+from components.contracts.features import FeatureSpecs
+from components.train.settings import TrainSettings
 
-PREDICTIONS = "predictions"  # regression output
+PREDICTIONS = names.PREDICTIONS
 
 
 class FillMissing(tf_keras.layers.Layer):
@@ -103,31 +104,65 @@ def _concat(parts, name):
     return tf_keras.layers.Concatenate(name=name)(parts) if len(parts) > 1 else parts[0]
 
 
-def build_model(specs: FeatureSpecs, family: str = "dnn", hidden_units: Optional[List[int]] = None,
-                embedding_dim: int = 8, cross_layers: int = 2) -> tf_keras.Model:
-    """`dnn`: embeddings + standardised numerics through a ReLU tower. `wide_deep`: the
-    tower plus a wide linear part over one-hot categorical ids. `cross`: a DCN-v2 cross
-    network beside the tower. A custom model (training.custom_model) has this signature."""
-    hidden_units = hidden_units or [64, 32]
-    inputs = model_inputs(specs)
-    ids = categorical_ids(specs, inputs)
-    numeric = encode_numeric(specs, inputs)
-    dense = _concat(numeric + embed_categorical(specs, ids, embedding_dim), "features")
-    deep = _dense_tower(dense, hidden_units)
-    if family == "dnn":
-        top = deep
-    elif family == "wide_deep":
-        wide = [tf_keras.layers.CategoryEncoding(f.cardinality, output_mode="one_hot", name=f"{f.name}_onehot")(ids[f.name])
-                for f in specs.categorical]
-        top = _concat([deep, *wide, *numeric], "wide_and_deep")
-    elif family == "cross":
-        x = dense
-        for i in range(cross_layers):
-            x = CrossLayer(name=f"cross_{i}")([dense, x])
-        top = _concat([x, deep], "cross_and_deep")
-    else:
-        raise GpupipeError(f"training.model: '{family}' is not dnn, wide_deep or cross")
-    return tf_keras.Model(inputs=inputs, outputs=output_layer(specs, top), name=family)
+class FeatureParts:
+    """What every family builds on: the raw inputs, the categorical ids, the encoded
+    numeric features, and the dense vector (numerics and embeddings) through the tower."""
+
+    def __init__(self, specs: FeatureSpecs, hidden_units: List[int], embedding_dim: int):
+        self.specs = specs
+        self.inputs = model_inputs(specs)
+        self.ids = categorical_ids(specs, self.inputs)
+        self.numeric = encode_numeric(specs, self.inputs)
+        self.dense = _concat(self.numeric + embed_categorical(specs, self.ids, embedding_dim), "features")
+        self.deep = _dense_tower(self.dense, hidden_units)
+
+
+# Model families by name (training.model): each takes the shared parts and the settings and
+# returns the layer the output head sits on. A new family joins with one @model_family.
+FAMILIES: Dict[str, Callable[[FeatureParts, TrainSettings], tf.Tensor]] = {}
+
+
+def model_family(name: str):
+    def register(top: Callable[[FeatureParts, TrainSettings], tf.Tensor]):
+        FAMILIES[name] = top
+        return top
+
+    return register
+
+
+@model_family("dnn")
+def dnn(parts: FeatureParts, settings: TrainSettings):
+    """Embeddings and standardised numerics through a ReLU tower."""
+    return parts.deep
+
+
+@model_family("wide_deep")
+def wide_deep(parts: FeatureParts, settings: TrainSettings):
+    """The tower plus a wide linear part over one-hot categorical ids and the numerics."""
+    wide = [tf_keras.layers.CategoryEncoding(f.cardinality, output_mode="one_hot", name=f"{f.name}_onehot")(
+        parts.ids[f.name]) for f in parts.specs.categorical]
+    return _concat([parts.deep, *wide, *parts.numeric], "wide_and_deep")
+
+
+@model_family("cross")
+def cross(parts: FeatureParts, settings: TrainSettings):
+    """A DCN-v2 cross network beside the tower."""
+    x = parts.dense
+    for i in range(settings.cross_layers):
+        x = CrossLayer(name=f"cross_{i}")([parts.dense, x])
+    return _concat([x, parts.deep], "cross_and_deep")
+
+
+def build_model(specs: FeatureSpecs, settings: TrainSettings) -> tf_keras.Model:
+    """The family `settings.model` on the shared feature parts, with the task's output head.
+    A custom model (training.custom_model) has this signature."""
+    top = FAMILIES.get(settings.model)
+    if top is None:
+        raise GpupipeError(f"training.model: '{settings.model}' is not a model family; use one of "
+                           f"{', '.join(FAMILIES)} or training.custom_model")
+    parts = FeatureParts(specs, list(settings.hidden_units), settings.embedding_dim)
+    return tf_keras.Model(inputs=parts.inputs, outputs=output_layer(specs, top(parts, settings)),
+                          name=settings.model)
 
 
 def load_custom_builder(reference: str) -> Callable[..., tf_keras.Model]:

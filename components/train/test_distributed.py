@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, penguin_settings
+from components.train.launch import INDEX_ENV, WORKERS_ENV
+from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +25,8 @@ LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])
 def train_command(examples, stats, model_dir, backup_dir, report_dir, **settings):
     s = penguin_settings(**settings)
     return [sys.executable, "-m", "components.train", "--examples", examples, "--statistics", stats,
-            "--model-dir", str(model_dir), "--settings", json.dumps(s.__dict__), "--backup-dir", str(backup_dir),
+            "--model-dir", str(model_dir), "--columns", PENGUIN_COLUMNS.model_dump_json(),
+            "--settings", s.model_dump_json(), "--backup-dir", str(backup_dir),
             "--report-dir", str(report_dir)]
 
 
@@ -46,15 +48,21 @@ def free_ports(n):
     return ports
 
 
-def start_workers(tmp_path, examples, stats, **settings):
-    """Two `python -m components.train` processes under one TF_CONFIG on loopback."""
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+def start_workers(tmp_path, examples, stats, jobset=False, **settings):
+    """Two `python -m components.train` processes on loopback: under one TF_CONFIG (as the
+    training-operator gives a TFJob's workers), or, `jobset`, with the environment a JobSet's
+    workers get (the worker host list and the Indexed Job's completion index), from which
+    the entry point builds TF_CONFIG itself."""
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
     procs = []
     for index in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        if jobset:
+            extra = {WORKERS_ENV: ",".join(hosts), INDEX_ENV: str(index)}
+        else:
+            extra = {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})}
         cmd = train_command(examples, stats, tmp_path / "model", tmp_path / "backup", tmp_path / f"report-{index}",
                             **settings)
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(**extra), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     return procs
 
@@ -63,7 +71,8 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     model_dir = tmp_path / "model"
     scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
     scratch.mkdir()
-    procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], epochs=2, batch_size=16,
+    procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, epochs=2,
+                          batch_size=16,
                           cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:] + outputs[0][-3000:]

@@ -8,14 +8,14 @@ from collections import Counter
 import pytest
 import tensorflow as tf
 
-from components.errors import GpupipeError
-from components.ingest.logic import examples_pattern
-from components.train.features import specs_from_statistics
+from components.contracts.errors import GpupipeError
+from components.contracts.examples import examples_pattern
+from components.contracts.features import specs_from_statistics
+from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
+from components.contracts.statistics import load_statistics
 from components.train.logic import choose_input_cache
-from components.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
 from components.train.model import make_dataset, parse_spec
-from components.validate.logic import load_statistics
-from conftest import CATEGORICAL, LABEL, NUMERIC, penguin_settings
+from conftest import CATEGORICAL, LABEL, NUMERIC, PENGUIN_COLUMNS, penguin_settings
 
 pytestmark = pytest.mark.unit
 BATCH = 16
@@ -105,7 +105,7 @@ def test_trainer_over_the_memory_budget_spills_to_scratch_and_cleans_up(tmp_path
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
                          penguin_settings(epochs=3, cache_budget_mb=0, disk_cache_budget_mb=100,
                                           scratch_dir=str(scratch)))
     assert report["input_cache"] == "disk"

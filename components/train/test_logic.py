@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.train.features import specs_from_statistics
-from components.train.logic import cluster_workers, is_chief, load_feature_specs
-from components.validate.logic import load_statistics
+from components.contracts.features import load_feature_specs, specs_from_statistics
+from components.contracts.statistics import load_statistics
+from components.train.logic import cluster_workers, is_chief
 
 pytestmark = pytest.mark.unit
 
@@ -96,10 +96,10 @@ def test_bfloat16_needs_ampere():
 
 @pytest.mark.parametrize("family", ["wide_deep", "cross"])
 def test_model_families_build_train_and_export(tmp_path, penguin_examples, penguin_validation, family):
-    from conftest import penguin_settings
     from components.train.logic import train_model
+    from conftest import PENGUIN_COLUMNS, penguin_settings
 
-    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
                          penguin_settings(model=family, epochs=2))
     assert report["model"] == family and report["optimizer_steps"] == 2 * report["steps_per_epoch"]
     assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
@@ -113,30 +113,10 @@ def test_high_cardinality_features_are_hashed(penguin_validation):
     assert sex.hash_buckets == 0 and sorted(sex.vocabulary) == ["female", "male"]
 
 
-def test_regression_task_trains_and_serves_predictions(tmp_path, penguins_csv):
-    from conftest import penguin_settings
-    from components.ingest.logic import ingest_data
-    from components.train.logic import train_model
-    from components.validate.logic import run_validation
-    from components.evaluate.logic import score_model
-
-    ex = str(tmp_path / "ex")
-    ingest_data(str(penguins_csv), ex, "body_mass_g", ["bill_length_mm", "flipper_length_mm"], ["species", "sex"],
-                numeric_label=True)
-    run_validation(ex, "body_mass_g", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
-                   str(tmp_path / "r.html"))
-    settings = penguin_settings(label="body_mass_g", numeric_features=["bill_length_mm", "flipper_length_mm"],
-                                categorical_features=["species", "sex"], task="regression", epochs=30)
-    report = train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), settings)
-    assert "final_train_rmse" in report
-    evaluation = score_model(str(tmp_path / "m"), ex)
-    assert evaluation.classes == [] and evaluation.metrics["rmse"] < 600  # body mass sd is about 800 g
-
-
 def test_optimizers_by_name():
     import tf_keras
 
-    from components.errors import GpupipeError
+    from components.contracts.errors import GpupipeError
     from components.train.logic import make_optimizer
 
     assert isinstance(make_optimizer("adagrad", 0.05), tf_keras.optimizers.Adagrad)

@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from components import names
-from components.errors import GpupipeError, reports_errors
-from components.ingest.logic import examples_pattern, split_files
-from components.validate.statistics import StatisticsAccumulator, read_statistics, write_statistics
+from components.contracts import names
+from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.examples import examples_pattern, ingest_statistics_path, read_manifest, split_files
+from components.contracts.settings import Columns
+from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
+from components.validate.settings import DriftSettings, ValidationSettings
 
 READ_BATCH = 20_000
 
@@ -23,14 +25,11 @@ READ_BATCH = 20_000
 def feature_schema(examples_dir: str):
     """A minimal TFMD schema (names and types) from the ingest manifest, so every decoded
     batch has the same Arrow types even when a batch holds only missing values."""
-    import tensorflow as tf
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    path = os.path.join(examples_dir, names.MANIFEST_FILE)
-    if not tf.io.gfile.exists(path):
+    manifest = read_manifest(examples_dir)
+    if manifest is None:
         return None
-    with tf.io.gfile.GFile(path) as f:
-        manifest = json.load(f)
     types = dict(manifest.get("features", {}))
     types[manifest["label"]] = manifest.get("label_type", "categorical")
     schema = schema_pb2.Schema()
@@ -89,16 +88,6 @@ def infer_schema(train_stats, label: str):
 
 
 @dataclass
-class DriftSettings:
-    """Thresholds for drift of the train split against baseline statistics."""
-
-    categorical_threshold: float = 0.3  # L-infinity distance
-    numeric_threshold: float = 0.3  # Jensen-Shannon divergence
-    features: Dict[str, float] = field(default_factory=dict)
-    blocking: bool = True
-
-
-@dataclass
 class ValidationResult:
     statistics: Dict[str, object]
     schema: object
@@ -145,33 +134,12 @@ def set_drift_comparators(schema, settings: DriftSettings) -> None:
             feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
 
 
-@dataclass
-class ValidationSettings:
-    """How to validate; the config's `validation:` section maps onto it."""
-
-    fail_on_anomalies: bool = True
-    warn_only: List[str] = field(default_factory=list)  # features whose anomalies only warn
-    schema_path: str = ""  # a curated schema.pbtxt; inferred from the train split when empty
-    skew_threshold: float = 0.0  # train vs eval: L-infinity (categorical); 0 disables
-    engine: str = "in_process"  # or "beam"
-    beam_pipeline_args: List[str] = field(default_factory=list)
-    drift: DriftSettings = field(default_factory=DriftSettings)
-    baseline_statistics: str = ""  # a statistics file to compare with instead of the served version's
-
-    @classmethod
-    def from_json(cls, text: str) -> "ValidationSettings":
-        raw = json.loads(text or "{}")
-        drift = dict(raw.pop("drift", {}))
-        baseline = drift.pop("baseline_statistics", "") or ""
-        return cls(drift=DriftSettings(**drift), baseline_statistics=baseline, **raw)
-
-
 def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
     """The statistics ingest computed on its Arrow batches (TFDV's in-memory path, merged
     batch by batch), when the examples came from gpupipe's ingest; else None."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    merged = read_statistics(os.path.join(examples_dir, "statistics", names.STATS_FILE))
+    merged = read_statistics(ingest_statistics_path(examples_dir))
     if merged is None:
         return None
     found = {d.name: statistics_pb2.DatasetFeatureStatisticsList(datasets=[d]) for d in merged.datasets}
@@ -181,7 +149,7 @@ def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
 def compute_statistics(examples_dir: str, settings: ValidationSettings) -> Dict[str, object]:
     """Per-split statistics: from Beam when configured; else those ingest computed while it
     held the data; else decoded from the shards batch by batch."""
-    if settings.engine == "beam":
+    if settings.statistics_engine == "beam":
         return {split: beam_split_statistics(examples_dir, split, settings.beam_pipeline_args)
                 for split in names.SPLITS}
     return ingest_statistics(examples_dir) or {split: split_statistics(examples_dir, split) for split in names.SPLITS}
@@ -197,13 +165,13 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
 
     settings = settings or ValidationSettings()
     statistics = compute_statistics(examples_dir, settings)
-    if settings.schema_path:
+    if settings.schema_file:
         import tensorflow as tf
 
-        if not tf.io.gfile.exists(settings.schema_path):
-            raise GpupipeError(f"validation.schema: {settings.schema_path} not found; write one with "
+        if not tf.io.gfile.exists(settings.schema_file):
+            raise GpupipeError(f"validation.schema_file: {settings.schema_file} not found; write one with "
                                "`gpupipe schema CONFIG` or remove the key to infer it")
-        schema = tfdv.load_schema_text(settings.schema_path)
+        schema = tfdv.load_schema_text(settings.schema_file)
     else:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label)
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
@@ -278,18 +246,6 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
         f.write(html)
 
 
-def load_statistics(statistics_dir: str, split: str):
-    """One split's statistics (a DatasetFeatureStatistics) from a validate output."""
-    path = os.path.join(statistics_dir, names.STATS_FILE)
-    merged = read_statistics(path)
-    if merged is None:
-        raise GpupipeError(f"statistics: {path} not found; run validate first")
-    for dataset in merged.datasets:
-        if dataset.name == split:
-            return dataset
-    raise GpupipeError(f"statistics: no '{split}' dataset in {statistics_dir}; rerun validate")
-
-
 def load_baseline(serving_base: str, model_name: str, baseline_statistics: str = ""):
     """(train statistics, description) of the drift baseline: `baseline_statistics` when
     given, else the statistics stored with the version now served; (None, "") when neither."""
@@ -299,12 +255,12 @@ def load_baseline(serving_base: str, model_name: str, baseline_statistics: str =
         if merged is None:
             raise GpupipeError(f"validation.drift.baseline_statistics: {path} not found; fix the path or remove the key")
     else:
-        from components.push.serving import STATS_FILE, gpupipe_file, served_version
+        from components.store.served import gpupipe_file, served_version
 
         found = served_version(serving_base, model_name) if serving_base and model_name else None
         if found is None:
             return None, ""
-        path, name = gpupipe_file(found[1], STATS_FILE), f"served version {found[0]}"
+        path, name = gpupipe_file(found[1], names.STATS_FILE), f"served version {found[0]}"
         merged = read_statistics(path)
         if merged is None:
             return None, ""
@@ -335,13 +291,14 @@ def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_di
 
 
 @reports_errors("validate")
-def run_validate(examples_dir: str, label: str, statistics_dir: str, schema_dir: str, anomalies_dir: str,
-                 summary_md: str, report_html: str, settings_json: str = "{}", serving_base: str = "",
+def run_validate(*, examples_dir: str, columns: Columns, settings: ValidationSettings, statistics_dir: str,
+                 schema_dir: str, anomalies_dir: str, summary_md: str, report_html: str, serving_base: str = "",
                  model_name: str = "") -> dict:
-    """The validate step as the component calls it; returns counts for the artifact metadata."""
-    settings = ValidationSettings.from_json(settings_json)
-    baseline_stats, baseline_name = load_baseline(serving_base, model_name, settings.baseline_statistics)
-    result = run_validation(examples_dir, label, statistics_dir, schema_dir, anomalies_dir, report_html, settings,
-                            baseline_stats, baseline_name, summary_md)
+    """The validate step: the drift baseline is `settings.drift.baseline_statistics` or the
+    statistics stored with the version served under `serving_base`. Returns counts for the
+    artifact metadata."""
+    baseline_stats, baseline_name = load_baseline(serving_base, model_name, settings.drift.baseline_statistics or "")
+    result = run_validation(examples_dir, columns.label, statistics_dir, schema_dir, anomalies_dir, report_html,
+                            settings, baseline_stats, baseline_name, summary_md)
     return {"anomalies": len(result.problems), "drift": len(result.drift), "baseline": result.baseline,
             "examples": {s: int(result.statistics[s].datasets[0].num_examples) for s in names.SPLITS}}

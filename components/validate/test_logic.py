@@ -6,9 +6,10 @@ import re
 import pytest
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from components.errors import GpupipeError
-from components.ingest.logic import ingest_csv
-from components.validate.logic import ValidationSettings, load_statistics, run_validation
+from components.contracts.errors import GpupipeError
+from components.contracts.statistics import load_statistics
+from components.validate.logic import run_validation
+from components.validate.settings import DriftSettings, ValidationSettings
 
 pytestmark = pytest.mark.unit
 
@@ -29,19 +30,23 @@ def test_statistics_schema_report_for_both_splits(penguin_examples, penguin_vali
     assert sorted(d.name for d in shown.datasets) == ["eval", "train"]
 
 
-def _ingest(tmp_path, text):
-    src = tmp_path / "data.csv"
-    src.write_text(text)
-    out = str(tmp_path / "examples")
-    ingest_csv(str(src), out, "label", ["x"], ["color"], eval_percent=50)
-    return out
+@pytest.fixture
+def ingest_text(tmp_path, ingest):
+    def write(text):
+        src = tmp_path / "data.csv"
+        src.write_text(text)
+        out = str(tmp_path / "examples")
+        ingest(str(src), out, "label", ["x"], ["color"], eval_percent=50)
+        return out
+
+    return write
 
 
-def test_unseen_categorical_values_in_eval_fail_with_readable_list(tmp_path):
+def test_unseen_categorical_values_in_eval_fail_with_readable_list(tmp_path, ingest_text):
     # Rows whose colour is never seen in train land in eval by hash; force it with many rows.
     rows = "".join(f"a,{i}.0,{'red' if i % 2 else 'blue'}\n" for i in range(60))
     rows += "".join(f"b,{i}.0,green{i}\n" for i in range(60))
-    examples = _ingest(tmp_path, "label,x,color\n" + rows)
+    examples = ingest_text("label,x,color\n" + rows)
     dirs = {k: str(tmp_path / k) for k in ("s", "c", "a")}
     with pytest.raises(GpupipeError) as err:
         run_validation(examples, "label", dirs["s"], dirs["c"], dirs["a"], str(tmp_path / "r.html"))
@@ -51,16 +56,16 @@ def test_unseen_categorical_values_in_eval_fail_with_readable_list(tmp_path):
     assert "- eval: feature 'color'" in summary  # outputs are written before the step fails
 
 
-def test_anomalies_only_warn_when_configured(tmp_path):
+def test_anomalies_only_warn_when_configured(tmp_path, ingest_text):
     rows = "".join(f"a,{i}.0,{'red' if i % 2 else 'blue'}\n" for i in range(60))
     rows += "".join(f"b,{i}.0,green{i}\n" for i in range(60))
-    examples = _ingest(tmp_path, "label,x,color\n" + rows)
+    examples = ingest_text("label,x,color\n" + rows)
     result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), ValidationSettings(fail_on_anomalies=False))
     assert any("color" in p for p in result.problems)
 
 
-def _shifted_penguins(tmp_path, penguins_csv, column, factor):
+def _shifted_penguins(ingest, tmp_path, penguins_csv, column, factor):
     """The penguins data with one numeric column scaled by `factor`, ingested."""
     import csv
 
@@ -76,16 +81,14 @@ def _shifted_penguins(tmp_path, penguins_csv, column, factor):
         writer.writeheader()
         writer.writerows(rows)
     out = str(tmp_path / "examples")
-    ingest_csv(str(path), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+    ingest(str(path), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
                ["island", "sex"], eval_percent=20)
     return out
 
 
-def test_numeric_drift_past_threshold_against_baseline_fails(tmp_path, penguins_csv, penguin_validation):
-    from components.validate.logic import DriftSettings
-
+def test_numeric_drift_past_threshold_against_baseline_fails(tmp_path, ingest, penguins_csv, penguin_validation):
     baseline = load_statistics(penguin_validation["statistics"], "train")
-    examples = _shifted_penguins(tmp_path, penguins_csv, "body_mass_g", 1.6)
+    examples = _shifted_penguins(ingest, tmp_path, penguins_csv, "body_mass_g", 1.6)
     with pytest.raises(GpupipeError) as err:
         run_validation(examples, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                        str(tmp_path / "r.html"), ValidationSettings(drift=DriftSettings(numeric_threshold=0.3)),
@@ -97,15 +100,13 @@ def test_numeric_drift_past_threshold_against_baseline_fails(tmp_path, penguins_
     assert "Baseline: served version 1." in summary and "body_mass_g" in summary
 
 
-def test_same_data_does_not_drift_and_warn_only_drift_passes(tmp_path, penguins_csv, penguin_validation):
-    from components.validate.logic import DriftSettings
-
+def test_same_data_does_not_drift_and_warn_only_drift_passes(tmp_path, ingest, penguins_csv, penguin_validation):
     baseline = load_statistics(penguin_validation["statistics"], "train")
-    same = _shifted_penguins(tmp_path, penguins_csv, "body_mass_g", 1.0)
+    same = _shifted_penguins(ingest, tmp_path, penguins_csv, "body_mass_g", 1.0)
     result = run_validation(same, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), baseline_stats=baseline, baseline_name="served version 1")
     assert result.ok and result.baseline == "served version 1"
-    shifted = _shifted_penguins(tmp_path, penguins_csv, "flipper_length_mm", 1.5)
+    shifted = _shifted_penguins(ingest, tmp_path, penguins_csv, "flipper_length_mm", 1.5)
     result = run_validation(shifted, "species", str(tmp_path / "s2"), str(tmp_path / "c2"), str(tmp_path / "a2"),
                             str(tmp_path / "r2.html"), ValidationSettings(drift=DriftSettings(blocking=False)),
                             baseline_stats=baseline, baseline_name="served version 1")
@@ -144,7 +145,7 @@ def test_statistics_merge_across_batches(tmp_path, monkeypatch, penguin_examples
             assert a.num_stats.std_dev == pytest.approx(b.num_stats.std_dev, rel=1e-5)
 
 
-def test_curated_schema_catches_a_column_full_of_unseen_values(tmp_path, penguins_csv, penguin_validation):
+def test_curated_schema_catches_a_column_full_of_unseen_values(tmp_path, ingest, penguins_csv, penguin_validation):
     """With the schema reviewed from earlier data, a categorical column whose values were
     never seen stops the run, naming the column."""
     schema = os.path.join(penguin_validation["schema"], "schema.pbtxt")
@@ -154,20 +155,20 @@ def test_curated_schema_catches_a_column_full_of_unseen_values(tmp_path, penguin
     src = tmp_path / "unseen.csv"
     src.write_text(text)
     out = str(tmp_path / "examples")
-    ingest_csv(str(src), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
+    ingest(str(src), out, "species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"],
                ["island", "sex"])
     with pytest.raises(GpupipeError) as err:
         run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
-                       str(tmp_path / "r.html"), ValidationSettings(schema_path=schema))
+                       str(tmp_path / "r.html"), ValidationSettings(schema_file=schema))
     assert "train: feature 'island': Examples contain values missing from the schema: Biscoe-new" in str(err.value)
     result = run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
-                            str(tmp_path / "r.html"), ValidationSettings(schema_path=schema, warn_only=["island"]))
+                            str(tmp_path / "r.html"), ValidationSettings(schema_file=schema, warn_only=["island"]))
     assert any("island" in p for p in result.problems)  # reported, not blocking
 
 
-def test_train_eval_skew_is_reported(tmp_path):
+def test_train_eval_skew_is_reported(tmp_path, ingest_text):
     rows = "".join(f"a,{i}.0,{'red' if i % 2 else 'blue'}\n" for i in range(200))
-    examples = _ingest(tmp_path, "label,x,color\n" + rows)
+    examples = ingest_text("label,x,color\n" + rows)
     result = run_validation(examples, "label", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), ValidationSettings(skew_threshold=0.3))
     assert result.ok  # the same distribution in both splits

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 
 STABLE = "stable"
 CANARY = "canary"

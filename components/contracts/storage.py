@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 
 
 def is_gcs(uri: str) -> bool:

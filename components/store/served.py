@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Tuple
 
-from components.errors import GpupipeError
-from components.push import models_config
-from components.serving_store import ServingStore
+from components.contracts.errors import GpupipeError
+from components.store import models_config
+from components.store.base import ServingStore
 
 # Inside each version directory (TF Serving reads only tf_serving_warmup_requests here).
 EXTRA_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 GPUPIPE_DIR = "gpupipe"
-STATS_FILE = "statistics.pb"  # DatasetFeatureStatisticsList: train and eval
-SCHEMA_FILE = "schema.pbtxt"
 METRICS_FILE = "metrics.json"
 
 

@@ -1,4 +1,5 @@
-"""Names shared between components, the pipeline factory and the CLI summary."""
+"""Names shared between the steps, the pipeline factory and the CLI summary: task names,
+split folders, the files inside each artifact, SavedModel signatures and outputs."""
 
 # Task names in the pipeline (also the kfp.local task directory names).
 FINGERPRINT = "fingerprint"
@@ -16,19 +17,21 @@ SPLITS = (TRAIN_SPLIT, EVAL_SPLIT)
 
 # Files inside artifacts.
 MANIFEST_FILE = "manifest.json"
-STATS_FILE = "stats.pb"  # DatasetFeatureStatisticsList, one dataset per split
+STATS_FILE = "stats.pb"  # DatasetFeatureStatisticsList, one dataset per split (also stored with each served version)
 SCHEMA_FILE = "schema.pbtxt"
 ANOMALIES_FILE = "anomalies.pbtxt"
 ANOMALIES_SUMMARY = "anomalies.md"
 BLESSING_FILE = "blessing.json"
 PUSH_RESULT_FILE = "push.json"
 TRAIN_REPORT_FILE = "report.json"
+FEATURE_SPECS_FILE = "gpupipe_features.json"  # inside the SavedModel's assets.extra/
 
 # SavedModel signatures.
 SERVING_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"
 PROBABILITIES = "probabilities"
 CLASSES = "classes"
+PREDICTIONS = "predictions"  # regression output
 
 # Local scratch for the trainer's disk input cache: on the cluster an emptyDir mounted here
 # and named by this environment variable.

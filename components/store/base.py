@@ -15,8 +15,8 @@ import tempfile
 import uuid
 from typing import List, Optional
 
-from components.errors import GpupipeError
-from components.io import gcs_client, is_gcs, split_gcs
+from components.contracts.errors import GpupipeError
+from components.contracts.storage import gcs_client, is_gcs, split_gcs
 
 SAVED_MODEL_PB = "saved_model.pb"
 MODELS_CONFIG = "models.config"

@@ -1,11 +1,16 @@
-"""Feature specs for training, derived from the config and the TFDV statistics of the train split."""
+"""The feature specs a model is built with (train writes them into the SavedModel's
+assets.extra/; evaluate reads them back): derived from the declared columns and the TFDV
+statistics of the train split."""
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from components.errors import GpupipeError
+from components.contracts import names
+from components.contracts.errors import GpupipeError
 
 TASKS = ("multiclass", "binary", "regression")
 
@@ -106,3 +111,24 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
         raise GpupipeError(f"training.task: binary, but label '{label}' has {len(classes)} values "
                            f"({', '.join(classes[:5])}...); use task: multiclass")
     return FeatureSpecs(label=label, classes=classes, numeric=numeric_specs, categorical=categorical_specs, task=task)
+
+
+def write_feature_specs(specs: FeatureSpecs, model_dir: str) -> None:
+    """Beside the exported model, in assets.extra/ (TF Serving ignores it there)."""
+    import tensorflow as tf
+
+    extra = os.path.join(model_dir, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    with tf.io.gfile.GFile(os.path.join(extra, names.FEATURE_SPECS_FILE), "w") as f:
+        f.write(json.dumps(specs.to_dict(), indent=2))
+
+
+def load_feature_specs(model_dir: str) -> FeatureSpecs:
+    """The feature specs a trained model was built with."""
+    import tensorflow as tf
+
+    path = os.path.join(model_dir, "assets.extra", names.FEATURE_SPECS_FILE)
+    if not tf.io.gfile.exists(path):
+        raise GpupipeError(f"model: {path} not found; {model_dir} is not a gpupipe model, retrain it")
+    with tf.io.gfile.GFile(path) as f:
+        return FeatureSpecs.from_dict(json.loads(f.read()))

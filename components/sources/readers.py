@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from components.errors import GpupipeError
-from components.ingest import synthetic
-from components.io import gcs_client, is_gcs, open_for_reading, split_gcs
+from components.contracts.errors import GpupipeError
+from components.contracts.storage import gcs_client, is_gcs, open_for_reading, split_gcs
+from components.sources import synthetic
 
 READ_BLOCK_BYTES = 4 << 20
 PARQUET_BATCH_ROWS = 65_536
@@ -359,3 +359,28 @@ def _castable(value, dtype) -> bool:
         return True
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
+
+
+def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,
+                  data_format: str = "auto") -> List[str]:
+    """Fails with one line when the label, a feature or the split key is not a column of
+    the source's first file."""
+    return check_file_columns(resolve(source, data_format)[0], label, features, split_key)
+
+
+def check_file_columns(first: SourceFile, label: str, features: List[str],
+                       split_key: Optional[str] = None) -> List[str]:
+    header = columns_of(first)
+    where = first.uri
+    if label not in header:
+        raise GpupipeError(
+            f"data.label: column '{label}' not found in {where} (columns: {', '.join(header)}); fix data.label")
+    if first.format != "tfrecord":  # a tf.Example may leave a feature out: that is a missing value
+        missing = [f for f in features if f not in header]
+        if missing:
+            raise GpupipeError(
+                f"data features: column(s) {', '.join(missing)} not found in {where} (columns: {', '.join(header)}); "
+                "fix data.numeric_features / data.categorical_features")
+    if split_key and split_key not in header:
+        raise GpupipeError(f"data.split.key: column '{split_key}' not found in {where}; fix data.split.key")
+    return header

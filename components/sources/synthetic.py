@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pyarrow as pa
 
-from components.errors import GpupipeError
+from components.contracts.errors import GpupipeError
 
 NUMERIC = [f"I{i}" for i in range(1, 14)]
 CATEGORICAL = [f"C{i}" for i in range(1, 27)]

@@ -1,4 +1,6 @@
-"""TFDV statistics in process, batch by batch, and the statistics file format.
+"""The statistics artifact (ingest and validate write it; train, push and the next run's
+drift check read it): one binary DatasetFeatureStatisticsList, one dataset per split. And
+TFDV statistics in process, batch by batch.
 
 One accumulator serves ingest (fed with the Arrow batches it holds) and validate's
 fallback (fed with batches decoded from the shards): each batch goes through TFDV's
@@ -9,6 +11,9 @@ from __future__ import annotations
 import os
 import time
 from typing import Dict
+
+from components.contracts import names
+from components.contracts.errors import GpupipeError
 
 COMPACT_EVERY = 8  # batches between compactions of the accumulators
 
@@ -75,3 +80,15 @@ def write_statistics(path: str, by_split: Dict[str, object]) -> None:
     tf.io.gfile.makedirs(os.path.dirname(path) or ".")
     with tf.io.gfile.GFile(path, "wb") as f:
         f.write(merged.SerializeToString())
+
+
+def load_statistics(statistics_dir: str, split: str):
+    """One split's statistics (a DatasetFeatureStatistics) from a statistics artifact."""
+    path = os.path.join(statistics_dir, names.STATS_FILE)
+    merged = read_statistics(path)
+    if merged is None:
+        raise GpupipeError(f"statistics: {path} not found; run validate first")
+    for dataset in merged.datasets:
+        if dataset.name == split:
+            return dataset
+    raise GpupipeError(f"statistics: no '{split}' dataset in {statistics_dir}; rerun validate")

@@ -1,0 +1,103 @@
+"""The shape of a pod that runs a gpupipe step: resources, GPUs, node placement, secrets,
+volumes and a deadline. One shape is built from the config (pipelines/pods.py) and rendered
+two ways: onto a KFP task through kfp-kubernetes (pipelines/factory.py) and as the core
+PodSpec of the multi-worker training job's workers (components/train/launch.py), so the
+two cannot drift apart."""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Literal, Optional
+
+from pydantic import Field
+
+from components.contracts.settings import Strict
+
+
+class Toleration(Strict):
+    key: str
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: Optional[str] = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class SecretVolume(Strict):
+    secret: str
+    mount_path: str
+
+
+class EmptyDir(Strict):
+    name: str
+    mount_path: str
+    size_limit: str
+
+
+class PodShape(Strict):
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+    accelerator: Optional[str] = None
+    gpus: int = 0
+    node_selector: Dict[str, str] = Field(default_factory=dict)
+    tolerations: List[Toleration] = Field(default_factory=list)
+    env: Dict[str, str] = Field(default_factory=dict)
+    secret_volumes: List[SecretVolume] = Field(default_factory=list)
+    empty_dirs: List[EmptyDir] = Field(default_factory=list)
+    image_pull_secrets: List[str] = Field(default_factory=list)
+    service_account: Optional[str] = None
+    timeout_seconds: int = Field(gt=0)
+
+    def resources(self) -> dict:
+        """A core ResourceRequirements: GPUs are a limit (Kubernetes sets the request to it)."""
+        limits = {"cpu": self.cpu_limit, "memory": self.memory_limit}
+        if self.gpus:
+            limits[self.accelerator or "nvidia.com/gpu"] = str(self.gpus)
+        return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request}, "limits": limits}
+
+    def volumes(self) -> tuple[list, list]:
+        """(pod volumes, container volumeMounts)."""
+        volumes, mounts = [], []
+        for i, sv in enumerate(self.secret_volumes):
+            name = f"secret-{i}"
+            volumes.append({"name": name, "secret": {"secretName": sv.secret}})
+            mounts.append({"name": name, "mountPath": sv.mount_path, "readOnly": True})
+        for ed in self.empty_dirs:
+            volumes.append({"name": ed.name, "emptyDir": {"sizeLimit": ed.size_limit}})
+            mounts.append({"name": ed.name, "mountPath": ed.mount_path})
+        return volumes, mounts
+
+    def pod_spec(self, container_name: str, image: str, command: List[str],
+                 extra_env: Optional[Dict[str, str]] = None, restart_policy: Optional[str] = None) -> dict:
+        """A core/v1 PodSpec with one container of this shape."""
+        env = {**self.env, **(extra_env or {})}
+        container: dict = {"name": container_name, "image": image, "command": list(command),
+                           "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                           "resources": self.resources()}
+        volumes, mounts = self.volumes()
+        spec: dict = {"containers": [container], "activeDeadlineSeconds": self.timeout_seconds}
+        if mounts:
+            container["volumeMounts"] = mounts
+            spec["volumes"] = volumes
+        if self.node_selector:
+            spec["nodeSelector"] = dict(sorted(self.node_selector.items()))
+        if self.tolerations:
+            spec["tolerations"] = [t.model_dump(exclude_none=True) for t in self.tolerations]
+        if self.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": s} for s in self.image_pull_secrets]
+        if self.service_account:
+            spec["serviceAccountName"] = self.service_account
+        if restart_policy:
+            spec["restartPolicy"] = restart_policy
+        return spec
+
+
+# Kubernetes resource quantities (apimachinery's resource.Quantity), e.g. 500m, 2, 1.5, 4Gi, 8G.
+_QUANTITY_RE = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def check_quantity(value: Optional[str], key: str) -> Optional[str]:
+    """A pydantic validator body: `value` unchanged when it is a Kubernetes quantity."""
+    if value is not None and not _QUANTITY_RE.match(value):
+        raise ValueError(f"'{value}' is not a Kubernetes quantity; write e.g. 500m or 2 (CPU), 4Gi or 8G "
+                         f"(memory) for {key}")
+    return value

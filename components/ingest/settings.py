@@ -1,0 +1,29 @@
+"""Ingest's settings: the config's `data:` section."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from components.contracts.settings import Columns, Strict
+
+
+class SplitSettings(Strict):
+    """How rows are split into train and eval: a deterministic hash, so reruns agree."""
+
+    eval_percent: int = Field(20, ge=1, le=99, description="share of rows in the eval split")
+    key: Optional[str] = Field(None, description="column to hash; the whole row when unset")
+
+
+class DataSettings(Columns):
+    source: str = Field(description="a file, directory or glob (relative to the working directory), a "
+                                    "gs://bucket/prefix, object or glob, or synthetic:ctr?rows=N&seed=S")
+    format: Literal["auto", "csv", "parquet", "tfrecord"] = Field(
+        "auto", description="auto: from the file extension (.csv[.gz], .parquet, .tfrecord[.gz])")
+    split: SplitSettings = SplitSettings()
+
+    @model_validator(mode="after")
+    def _split_key_is_not_label(self) -> "DataSettings":
+        if self.split.key is not None and self.split.key == self.label:
+            raise ValueError("split.key must not be the label")
+        return self

@@ -1,0 +1,32 @@
+"""Push's settings: the config's `serving:` section."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from pydantic import Field, field_validator
+
+from components.contracts.settings import Strict
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class ServingSettings(Strict):
+    base: str = Field("serving", description="serving base directory (local path or gs:// URI)")
+    model_name: str
+    keep_versions: int = Field(5, ge=1, description="newest versions kept; the one labelled stable is always kept")
+    endpoint: Optional[str] = Field(
+        None, description="TF Serving gRPC host:port; when set, push waits for the new version and smoke-tests it")
+    smoke_rows: int = Field(8, ge=1, description="eval rows sent in the smoke test and in warmup requests")
+    smoke_timeout_seconds: float = Field(120.0, gt=0)
+    tf_serving_version: str = Field("2.16.1", description="TF Serving runtime in the KServe manifest")
+    namespace: Optional[str] = Field(None, description="Kubernetes namespace of the KServe InferenceService")
+    service_account: Optional[str] = Field(
+        None, description="service account the KServe predictor reads the serving base with")
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_model_name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not a plain name: use lowercase letters, digits and '-' (no '/', '..')")
+        return v

@@ -1,0 +1,194 @@
+"""Multi-worker training on the cluster: the train task launches a JobSet
+(`jobset.x-k8s.io/v1alpha2`, the default: what Kueue queues and Kubeflow Trainer v2 builds
+on) or a Kubeflow TFJob (`kubeflow.org/v1`, for clusters with the training-operator) whose
+workers run `python -m components.train` in the same image, each in the pod shape the
+config gives the training pods (components/contracts/pods.py). The task creates the job,
+follows it to its end and deletes it when the job fails, when the task is stopped
+(SIGTERM on cancel) or when it gives up; an ownerReference to the task's pod lets
+Kubernetes collect it if the task's pod goes away first."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import List, Literal, Optional
+
+from pydantic import Field
+
+from components.contracts.errors import GpupipeError
+from components.contracts.pods import PodShape
+from components.contracts.settings import Strict
+
+TF_PORT = 2222
+WORKERS_ENV = "GPUPIPE_TF_WORKERS"  # JobSet: the workers' host:port list, TF_CONFIG is built from it
+INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
+POD_NAME_ENV, POD_UID_ENV = "GPUPIPE_POD_NAME", "GPUPIPE_POD_UID"  # the task's own pod (downward API)
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
+
+# kind -> (group, version, plural, Kind)
+API = {"jobset": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+       "tfjob": ("kubeflow.org", "v1", "tfjobs", "TFJob")}
+
+
+class Launch(Strict):
+    """What the train task needs to launch the workers (pipelines/factory.py builds it)."""
+
+    kind: Literal["jobset", "tfjob"] = "jobset"
+    image: str
+    workers: int = Field(ge=2)
+    namespace: str = Field("", description="\"\": the train task's own namespace")
+    shape: PodShape
+    max_restarts: int = Field(3, ge=0, description="whole-job restarts (a preempted worker exits 143)")
+
+
+def worker_hosts(name: str, workers: int) -> List[str]:
+    """JobSet's stable DNS names for the pods of replicated job `worker` (one Indexed Job)."""
+    return [f"{name}-worker-0-{i}.{name}:{TF_PORT}" for i in range(workers)]
+
+
+def tf_config_from_env(env: Optional[dict] = None) -> Optional[str]:
+    """TF_CONFIG for a JobSet worker, from the host list and the pod's completion index;
+    None outside a JobSet (TF_CONFIG given, or a single process)."""
+    env = os.environ if env is None else env
+    if env.get("TF_CONFIG") or not env.get(WORKERS_ENV):
+        return None
+    hosts = env[WORKERS_ENV].split(",")
+    return json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": int(env.get(INDEX_ENV, 0))}})
+
+
+def owner_references(namespace: str, env: Optional[dict] = None) -> list:
+    """The task's pod as the job's owner, when it runs in the job's namespace."""
+    env = os.environ if env is None else env
+    if not (env.get(POD_NAME_ENV) and env.get(POD_UID_ENV)) or namespace != current_namespace():
+        return []
+    return [{"apiVersion": "v1", "kind": "Pod", "name": env[POD_NAME_ENV], "uid": env[POD_UID_ENV],
+             "blockOwnerDeletion": False, "controller": False}]
+
+
+def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
+                 owners: Optional[list] = None) -> dict:
+    """The JobSet or TFJob running `command` on `launch.workers` pods of `launch.shape`."""
+    group, version, _, kind = API[launch.kind]
+    metadata = {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}
+    if owners:
+        metadata["ownerReferences"] = owners
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    if launch.kind == "tfjob":
+        # The training-operator injects TF_CONFIG and looks for the container "tensorflow".
+        pod = launch.shape.pod_spec("tensorflow", launch.image, command, env)
+        pod["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
+        spec = {
+            "runPolicy": {"backoffLimit": launch.max_restarts, "cleanPodPolicy": "Running",
+                          "activeDeadlineSeconds": launch.shape.timeout_seconds},
+            "tfReplicaSpecs": {"Worker": {"replicas": launch.workers, "restartPolicy": "ExitCode",
+                                          "template": {"metadata": {"labels": dict(MANAGED_BY)}, "spec": pod}}},
+        }
+    else:
+        env[WORKERS_ENV] = ",".join(worker_hosts(name, launch.workers))
+        pod = launch.shape.pod_spec("trainer", launch.image, command, env, restart_policy="Never")
+        pod["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
+        spec = {
+            # Any failed worker fails its Job; the JobSet then restarts every worker together
+            # (MultiWorkerMirroredStrategy needs all of them), and they resume from the backup.
+            "failurePolicy": {"maxRestarts": launch.max_restarts},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": ["worker"]},
+            "network": {"enableDNSHostnames": True, "subdomain": name},
+            "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": {
+                "parallelism": launch.workers, "completions": launch.workers, "completionMode": "Indexed",
+                "backoffLimit": 0, "activeDeadlineSeconds": launch.shape.timeout_seconds,
+                "template": {"metadata": {"labels": dict(MANAGED_BY)}, "spec": pod}}}}],
+        }
+    return {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def job_state(job: dict) -> tuple[str, str]:
+    """(Succeeded | Failed | the latest condition | Pending, reason) from a JobSet's or a
+    TFJob's status conditions."""
+    conditions = job.get("status", {}).get("conditions") or []
+    for state, types in (("Succeeded", ("Succeeded", "Completed")), ("Failed", ("Failed",))):
+        for c in conditions:
+            if c.get("type") in types and c.get("status") == "True":
+                return state, f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
+    latest = [c for c in conditions if c.get("status") == "True"] or conditions
+    return (latest[-1].get("type", "Pending"), latest[-1].get("message", "")) if latest else ("Pending", "")
+
+
+class _Stopped(Exception):
+    """SIGTERM reached the task (the run was cancelled or the pod is being deleted)."""
+
+
+def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds: Optional[float] = None) -> str:
+    """Creates the job through `api` (kubernetes.client.CustomObjectsApi), follows it and
+    returns the success reason. Deletes it, then raises GpupipeError, when it fails or
+    runs past the deadline; deletes it and exits 143 on SIGTERM."""
+    group, version = manifest["apiVersion"].split("/")
+    plural = next(p for g, v, p, k in API.values() if k == manifest["kind"])
+    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    kind = manifest["kind"]
+    api.create_namespaced_custom_object(group, version, namespace, plural, manifest)
+    print(f"created {kind} {namespace}/{name}", flush=True)
+
+    def stop(signum, frame):
+        raise _Stopped()
+
+    previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
+    deadline = time.monotonic() + (timeout_seconds or 7 * 24 * 3600)
+    finished = False
+    try:
+        last = None
+        while time.monotonic() < deadline:
+            state, reason = job_state(api.get_namespaced_custom_object(group, version, namespace, plural, name))
+            if state != last:
+                print(f"{kind} {name}: {state} {reason}".rstrip(), flush=True)
+                last = state
+            if state == "Succeeded":
+                finished = True
+                return reason
+            if state == "Failed":
+                raise GpupipeError(f"training.workers: {kind} {namespace}/{name} failed ({reason}); see `kubectl -n "
+                                   f"{namespace} logs -l app.kubernetes.io/managed-by=gpupipe --prefix`")
+            time.sleep(poll_seconds)
+        raise GpupipeError(f"training.workers: {kind} {namespace}/{name} did not finish within the train task's "
+                           "timeout; raise cluster.resources.train.timeout")
+    except _Stopped:
+        print(f"SIGTERM: deleting {kind} {namespace}/{name}", flush=True)
+        raise SystemExit(143) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if not finished:
+            api.delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                                body={"propagationPolicy": "Foreground"})
+            print(f"deleted {kind} {namespace}/{name}", flush=True)
+
+
+def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds: float = 15.0) -> str:
+    """The train task's multi-worker path: a job named for this task, in `launch.namespace`
+    or the task's own, followed to its end."""
+    namespace = launch.namespace or current_namespace()
+    name = f"gpupipe-train-{uuid.uuid4().hex[:8]}"
+    manifest = job_manifest(launch, name, namespace, command, owner_references(namespace))
+    return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds)
+
+
+def kubernetes_api():
+    """CustomObjectsApi from the pod's service account (in cluster) or the kube config."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CustomObjectsApi()
+
+
+def current_namespace() -> str:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return "default"

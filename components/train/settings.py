@@ -1,0 +1,97 @@
+"""Train's settings: the config's `training:` section (how to train, and the shape of the
+pods that train)."""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from components.contracts.pods import Toleration, check_quantity
+from components.contracts.settings import Strict
+
+
+class TrainSettings(Strict):
+    task: Literal["multiclass", "binary", "regression"] = "multiclass"
+    model: str = Field(
+        "dnn", description="a registered model family: dnn; wide_deep (a linear part on the categorical features "
+                           "beside the DNN); cross (a DCN-v2 cross network beside the DNN)")
+    custom_model: Optional[str] = Field(
+        None, description="module:function building your own tf_keras model from the feature specs "
+                          "(see components/train/model.py: build_model); overrides `model`")
+    hidden_units: List[int] = Field(default_factory=lambda: [64, 32])
+    embedding_dim: int = Field(8, ge=1)
+    max_vocabulary: int = Field(
+        1000, ge=1, le=1000, description="categorical features with at most this many distinct values get a "
+                                         "vocabulary (top values from the statistics); larger ones are hashed")
+    hash_buckets: int = Field(1000, ge=2, description="hash buckets for high-cardinality categorical features")
+    cross_layers: int = Field(2, ge=1, description="cross layers of the `cross` model")
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(64, ge=1, description="per-replica batch size; global = this x replicas")
+    learning_rate: float = Field(1e-3, gt=0)
+    optimizer: Literal["adam", "adagrad", "ftrl", "sgd"] = Field(
+        "adam", description="adagrad/ftrl update only the embedding rows a batch touches; Adam's moments make "
+                            "every step touch every row (measured 3.3x slower on the click-through model)")
+    scale_learning_rate: bool = Field(False, description="multiply the learning rate by the number of replicas")
+    shuffle_buffer: int = Field(10_000, ge=1)
+    cache_budget_mb: int = Field(
+        1024, ge=0, description="cache parsed batches in memory when the train split fits this budget (0: never)")
+    disk_cache_budget_mb: int = Field(
+        20480, ge=0, description="otherwise write the parsed batches to local scratch in the first epoch and read "
+                                 "them from there in later epochs when they fit this budget (0: never); on the "
+                                 "cluster the train pod gets an emptyDir of this size")
+    scratch_dir: Optional[str] = Field(
+        None, description="local directory for the disk cache (default: the emptyDir on the cluster, the system "
+                          "temp directory locally)")
+    strategy: Literal["auto", "one_device", "mirrored", "multi_worker"] = "auto"
+    mixed_precision: Literal["auto", "off", "float16", "bfloat16"] = Field(
+        "auto", description="auto: float16 on compute capability 7.x, bfloat16 on 8.x and later; off on CPU")
+    xla: bool = Field(False, description="compile the train step with XLA (jit_compile)")
+    checkpoint_steps: int = Field(
+        200, ge=1, description="BackupAndRestore every N steps; a retried or preempted run resumes from there")
+    gpu_hour_price: float = Field(0.0, ge=0, description="price of one GPU-hour, for the cost in the training report")
+    seed: int = 42
+    # The pods that train (pipelines/pods.py turns these into a PodShape).
+    retries: int = Field(2, ge=0, description="KFP retries of the train task (preemption exits 143)")
+    retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
+    accelerator: Optional[str] = Field(
+        None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
+    gpus: int = Field(0, ge=0, description="GPUs per worker (a limit)")
+    workers: int = Field(1, ge=1, description="> 1: the train task launches a multi-worker job with this many "
+                                              "workers (MultiWorkerMirroredStrategy)")
+    launcher: Literal["jobset", "tfjob"] = Field(
+        "jobset", description="the multi-worker job: a JobSet (jobset.x-k8s.io; what Kueue queues by default) or a "
+                              "Kubeflow TFJob (needs the training-operator)")
+    cpu: Optional[str] = Field(None, description="CPU request and limit of each training pod, e.g. '4'")
+    memory: Optional[str] = Field(None, description="memory request and limit of each training pod, e.g. '16Gi'")
+    node_selector: Dict[str, str] = Field(default_factory=dict)
+    tolerations: List[Toleration] = Field(default_factory=list)
+    job_namespace: Optional[str] = Field(None, description="namespace of the multi-worker job (default: the train "
+                                                           "task's own)")
+
+    @field_validator("hidden_units")
+    @classmethod
+    def _positive_units(cls, v: List[int]) -> List[int]:
+        if not v or any(u < 1 for u in v):
+            raise ValueError("give one or more positive layer widths, e.g. [64, 32]")
+        return v
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantities(cls, v: Optional[str], info) -> Optional[str]:
+        return check_quantity(v, f"training.{info.field_name}")
+
+    @field_validator("custom_model")
+    @classmethod
+    def _module_function(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", v):
+            raise ValueError(f"'{v}' is not module:function, e.g. my_models.wide:build")
+        return v
+
+    @model_validator(mode="after")
+    def _gpus_need_accelerator(self) -> "TrainSettings":
+        if self.gpus and not self.accelerator:
+            raise ValueError("gpus is set but accelerator is not; add accelerator: nvidia.com/gpu")
+        if self.accelerator and not self.gpus:
+            raise ValueError("accelerator is set but gpus is 0; set gpus: 1 or more")
+        return self

@@ -1,0 +1,81 @@
+"""The pod shape of each task, from the config: resources, a deadline, secrets, and for the
+pods that train, GPUs, node placement and scratch. The KFP tasks (pipelines/factory.py)
+and the multi-worker job's workers (components/train/launch.py) both take their shape from
+here, so they cannot drift apart."""
+from __future__ import annotations
+
+from typing import Dict
+
+from components.contracts import names
+from components.contracts.pods import EmptyDir, PodShape, SecretVolume
+from pipelines.config import PipelineConfig, StepResources
+
+GCS_KEY_MOUNT = "/var/secrets/gcs"
+
+# Per-step defaults: requests are what the step needs on the example data, limits leave
+# room for larger tables. The cluster.resources section overrides any of them.
+STEP_DEFAULTS: Dict[str, StepResources] = {
+    names.FINGERPRINT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
+    names.INGEST: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="6h"),
+    names.VALIDATE: StepResources(cpu="1", cpu_limit="2", memory="4Gi", memory_limit="8Gi", timeout="6h"),
+    # Without training.cpu/memory: the pods that train. With workers > 1 the train task only
+    # launches and follows the job, and takes LAUNCHER instead.
+    names.TRAIN: StepResources(cpu="2", cpu_limit="4", memory="4Gi", memory_limit="8Gi", timeout="24h"),
+    names.EVALUATE: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="2h"),
+    names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
+}
+LAUNCHER = StepResources(cpu="250m", cpu_limit="500m", memory="512Mi", memory_limit="1Gi")
+
+
+def step_resources(config: PipelineConfig, step: str) -> StepResources:
+    """The step's defaults with the config's cluster.resources.<step> keys over them."""
+    base = STEP_DEFAULTS[step]
+    override = config.cluster.resources.get(step)
+    return base.model_copy(update=override.model_dump(exclude_unset=True)) if override else base
+
+
+def _common(config: PipelineConfig) -> dict:
+    """What every pod carries: secrets by reference, never their values."""
+    cluster = config.cluster
+    common: dict = {"image_pull_secrets": list(cluster.image_pull_secrets),
+                    "service_account": cluster.service_account}
+    if cluster.gcs_credentials_secret:
+        common["secret_volumes"] = [SecretVolume(secret=cluster.gcs_credentials_secret, mount_path=GCS_KEY_MOUNT)]
+        common["env"] = {"GOOGLE_APPLICATION_CREDENTIALS": f"{GCS_KEY_MOUNT}/{cluster.gcs_credentials_key}"}
+    return common
+
+
+def _shape(resources: StepResources, **extra) -> PodShape:
+    return PodShape(cpu_request=resources.cpu, cpu_limit=resources.cpu_limit or resources.cpu,
+                    memory_request=resources.memory, memory_limit=resources.memory_limit or resources.memory,
+                    timeout_seconds=resources.timeout_seconds, **extra)
+
+
+def step_shape(config: PipelineConfig, step: str) -> PodShape:
+    """The pod of a step that neither trains nor launches training."""
+    return _shape(step_resources(config, step), **_common(config))
+
+
+def training_shape(config: PipelineConfig) -> PodShape:
+    """The pod (or each worker's pod) that trains: training.cpu/memory as request and limit
+    when set, GPUs, node selector, tolerations, and an emptyDir for the disk input cache."""
+    t = config.training
+    resources = step_resources(config, names.TRAIN)
+    if t.cpu:
+        resources = resources.model_copy(update={"cpu": t.cpu, "cpu_limit": t.cpu})
+    if t.memory:
+        resources = resources.model_copy(update={"memory": t.memory, "memory_limit": t.memory})
+    common = _common(config)
+    empty_dirs, env = [], dict(common.pop("env", {}))
+    if t.disk_cache_budget_mb:
+        empty_dirs.append(EmptyDir(name=names.SCRATCH_VOLUME, mount_path=names.SCRATCH_MOUNT,
+                                   size_limit=f"{t.disk_cache_budget_mb}Mi"))
+        env[names.SCRATCH_ENV] = names.SCRATCH_MOUNT
+    return _shape(resources, accelerator=t.accelerator, gpus=t.gpus, node_selector=dict(t.node_selector),
+                  tolerations=list(t.tolerations), empty_dirs=empty_dirs, env=env, **common)
+
+
+def launcher_shape(config: PipelineConfig) -> PodShape:
+    """The train task when workers > 1: it creates and follows the job, holds no GPU."""
+    timeout = step_resources(config, names.TRAIN).timeout
+    return _shape(LAUNCHER.model_copy(update={"timeout": timeout}), **_common(config))

@@ -1,0 +1,68 @@
+"""The layers hold: steps stand side by side on the shared floors (contracts, sources,
+store) and never import each other; the shared floors import no step; nothing under
+components/ imports pipelines/. Every import counts, also one inside a function."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = {"contracts": {"contracts"}, "sources": {"contracts", "sources"}, "store": {"contracts", "store"}}
+
+
+def steps(components: Path) -> list:
+    return sorted(p.name for p in components.iterdir() if (p / "component.py").is_file())
+
+
+def imported_modules(path: Path):
+    """(line, dotted module) of every import in a Python file."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+
+
+def violations(root: Path) -> list:
+    """One line per import that crosses a wall, as `file:line imports module (rule)`."""
+    components = root / "components"
+    all_steps = steps(components)
+    found = []
+    for path in sorted(components.rglob("*.py")):
+        parts = path.relative_to(components).parts
+        home = parts[0] if len(parts) > 1 else None
+        for line, module in imported_modules(path):
+            names = module.split(".")
+            where = f"{path.relative_to(root)}:{line} imports {module}"
+            if names[0] == "pipelines":
+                found.append(f"{where} (components never import pipelines/)")
+            if names[0] != "components" or len(names) < 2:
+                continue
+            target = names[1]
+            if home in all_steps and target in all_steps and target != home:
+                found.append(f"{where} (a step imports no other step; move the shared part to components/contracts)")
+            if home in SHARED and target not in SHARED[home] and (target in all_steps or target in SHARED):
+                found.append(f"{where} (components/{home} may import only {', '.join(sorted(SHARED[home]))})")
+    return found
+
+
+def test_steps_stand_side_by_side_on_shared_contracts():
+    assert steps(ROOT / "components") == ["evaluate", "fingerprint", "ingest", "push", "train", "validate"]
+    assert violations(ROOT) == []
+
+
+@pytest.mark.parametrize("home, line, rule", [
+    ("push/logic.py", "from components.evaluate.logic import read_blessing", "a step imports no other step"),
+    ("validate/logic.py", "def f():\n    import components.ingest.logic", "a step imports no other step"),
+    ("contracts/names.py", "from components.push import serving", "components/contracts may import only"),
+    ("train/logic.py", "from pipelines.config import PipelineConfig", "components never import pipelines/"),
+])
+def test_the_check_fails_on_a_deliberate_violation(tmp_path, home, line, rule):
+    for step in ("evaluate", "push", "train", "validate", "ingest"):
+        (tmp_path / "components" / step).mkdir(parents=True)
+        (tmp_path / "components" / step / "component.py").write_text("", encoding="utf-8")
+    (tmp_path / "components" / "contracts").mkdir()
+    target = tmp_path / "components" / home
+    target.write_text(line + "\n", encoding="utf-8")
+    found = violations(tmp_path)
+    assert len(found) == 1 and found[0].startswith(f"components/{home}:") and rule in found[0]

@@ -1,0 +1,115 @@
+"""The multi-worker path: the JobSet and TFJob manifests a config produces, TF_CONFIG for a
+JobSet worker, and following a job to its end against a Kubernetes API FIXTURE (an
+in-memory CustomObjectsApi stand-in: no cluster runs here)."""
+import json
+
+import pytest
+
+from components.contracts.errors import GpupipeError
+from components.train.launch import (INDEX_ENV, WORKERS_ENV, Launch, follow_job, job_manifest, job_state,
+                                     tf_config_from_env)
+from pipelines.factory import launch_json
+
+pytestmark = pytest.mark.unit
+COMMAND = ["python", "-m", "components.train", "--examples", "gs://b/examples"]
+
+
+def ctr_launch(ctr_config, **update) -> Launch:
+    config = ctr_config.model_copy(update={"training": ctr_config.training.model_copy(update=update)})
+    return Launch.from_json(launch_json(config))
+
+
+def worker_pod(manifest: dict) -> dict:
+    if manifest["kind"] == "TFJob":
+        return manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    return manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("kind", ["jobset", "tfjob"])
+def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
+    manifest = job_manifest(ctr_launch(ctr_config, launcher=kind), "gpupipe-train-test", "team-a", COMMAND)
+    pod = worker_pod(manifest)
+    container = pod["containers"][0]
+    assert container["image"] == "ghcr.io/gpupipe/gpupipe-gpu:0.1.0" and container["command"] == COMMAND
+    assert container["resources"] == {"requests": {"cpu": "8", "memory": "32G"},
+                                      "limits": {"cpu": "8", "memory": "32G", "nvidia.com/gpu": "2"}}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TF_USE_LEGACY_KERAS"] == "1" and env["GOOGLE_APPLICATION_CREDENTIALS"] == "/var/secrets/gcs/key.json"
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["imagePullSecrets"] == [{"name": "gpupipe-registry"}]
+    assert {"name": "secret-0", "secret": {"secretName": "gpupipe-gcs-key"}} in pod["volumes"]
+    # Each worker's disk input cache: an emptyDir the size of training.disk_cache_budget_mb.
+    assert {"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": "20480Mi"}} in pod["volumes"]
+    assert {"name": "gpupipe-scratch", "mountPath": "/gpupipe-scratch"} in container["volumeMounts"]
+    assert env["GPUPIPE_SCRATCH_DIR"] == "/gpupipe-scratch"
+    assert pod["activeDeadlineSeconds"] == 24 * 3600
+    if kind == "tfjob":
+        assert manifest["apiVersion"] == "kubeflow.org/v1" and container["name"] == "tensorflow"
+        worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]
+        assert worker["replicas"] == 2 and worker["restartPolicy"] == "ExitCode"
+        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 3
+    else:
+        assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+        job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+        assert (job["parallelism"], job["completions"], job["completionMode"]) == (2, 2, "Indexed")
+        assert manifest["spec"]["failurePolicy"] == {"maxRestarts": 3} and pod["restartPolicy"] == "Never"
+        assert env[WORKERS_ENV] == ("gpupipe-train-test-worker-0-0.gpupipe-train-test:2222,"
+                                    "gpupipe-train-test-worker-0-1.gpupipe-train-test:2222")
+
+
+def test_single_node_config_launches_no_job(penguins_config):
+    assert launch_json(penguins_config) == ""
+
+
+def test_a_jobset_worker_builds_tf_config_from_its_index():
+    env = {WORKERS_ENV: "a-worker-0-0.a:2222,a-worker-0-1.a:2222", INDEX_ENV: "1"}
+    assert json.loads(tf_config_from_env(env)) == {
+        "cluster": {"worker": ["a-worker-0-0.a:2222", "a-worker-0-1.a:2222"]}, "task": {"type": "worker", "index": 1}}
+    assert tf_config_from_env({"TF_CONFIG": "{}", **env}) is None  # an operator's TF_CONFIG wins
+    assert tf_config_from_env({}) is None
+
+
+class FakeCustomObjectsApi:
+    """FIXTURE: records the created and deleted jobs and reports the given status conditions in turn."""
+
+    def __init__(self, statuses):
+        self.created, self.deleted, self.statuses = [], [], list(statuses)
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        self.created.append((group, version, namespace, plural, body))
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        conditions = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return {"metadata": {"name": name}, "status": {"conditions": conditions}}
+
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None):
+        self.deleted.append((namespace, plural, name))
+
+
+def test_following_a_jobset_to_success(ctr_config):
+    api = FakeCustomObjectsApi([
+        [{"type": "StartupPolicyInProgress", "status": "True"}],
+        [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed"}],
+    ])
+    manifest = job_manifest(ctr_launch(ctr_config), "gpupipe-train-test", "team-a", COMMAND)
+    assert follow_job(manifest, api, poll_seconds=0) == "AllJobsCompleted: jobset completed"
+    group, version, namespace, plural, body = api.created[0]
+    assert (group, version, plural, namespace) == ("jobset.x-k8s.io", "v1alpha2", "jobsets", "team-a")
+    assert api.deleted == []  # a finished job holds no GPU; its pods' logs stay readable
+
+
+def test_a_failed_tfjob_fails_the_task_with_the_operators_reason_and_is_deleted(ctr_config):
+    api = FakeCustomObjectsApi([[{"type": "Failed", "status": "True", "reason": "TFJobFailed",
+                                  "message": "TFJob gpupipe-train-test has failed because 1 Worker replica(s) failed."}]])
+    manifest = job_manifest(ctr_launch(ctr_config, launcher="tfjob"), "gpupipe-train-test", "team-a", COMMAND)
+    with pytest.raises(GpupipeError, match="failed \\(TFJobFailed: TFJob gpupipe-train-test has failed because 1 "
+                                           "Worker replica\\(s\\) failed.\\)"):
+        follow_job(manifest, api, poll_seconds=0)
+    assert api.deleted == [("team-a", "tfjobs", "gpupipe-train-test")]
+
+
+def test_job_state_reads_conditions():
+    assert job_state({}) == ("Pending", "")
+    assert job_state({"status": {"conditions": [{"type": "Running", "status": "True", "message": "up"}]}}) == \
+        ("Running", "up")
