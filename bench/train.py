@@ -125,7 +125,7 @@ def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, ep
     from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
     from components.train.logic import make_optimizer
     from components.train.model import build_model, make_dataset, make_naive_dataset
-    from components.train.runtime import choose_strategy
+    from components.train.runtime import choose_strategy, graph_code_without_autograph
     from components.train.settings import TrainSettings
 
     tf_keras.utils.set_random_seed(seed)
@@ -138,6 +138,7 @@ def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, ep
         cache = {"in-memory": CACHE_MEMORY, "disk-cache": CACHE_DISK, "streaming": CACHE_NONE}[name]
         ds = make_dataset(pattern, specs, batch, shuffle=True, seed=seed, repeat=True, cache=cache,
                           cache_dir=cache_dir)
+    graph_code_without_autograph()  # as the trainer does
     strategy = choose_strategy("auto")  # what the trainer uses on this machine
     with strategy.scope():
         model = build_model(specs, TrainSettings(model="dnn", hidden_units=[256, 128, 64], embedding_dim=16))

@@ -42,3 +42,40 @@ def open_for_reading(uri: str, what: str) -> BinaryIO:
     if not os.path.isfile(uri):
         raise GpupipeError(f"{what}: file not found: {uri}; fix the path (relative paths start at the working directory)")
     return open(uri, "rb")
+
+
+def _blobs(uri: str):
+    bucket, prefix = split_gcs(uri.rstrip("/") + "/")
+    return bucket, prefix, list(gcs_client().list_blobs(bucket, prefix=prefix))
+
+
+def download_prefix(uri: str, into: str) -> int:
+    """Every object under the gs:// prefix `uri`, into the local directory `into` (same
+    relative paths). Returns how many."""
+    _, prefix, blobs = _blobs(uri)
+    for blob in blobs:
+        target = os.path.join(into, blob.name[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        blob.download_to_filename(target)
+    return len(blobs)
+
+
+def upload_tree(local_dir: str, uri: str, last: str = "") -> None:
+    """Makes the gs:// prefix `uri` hold exactly the files of `local_dir`: uploads every file
+    (the one named `last` after all others, so a reader that goes by it never sees it before
+    what it names), then deletes the objects that are no longer there."""
+    bucket_name, prefix, before = _blobs(uri)
+    bucket = gcs_client().bucket(bucket_name)
+    files = sorted((os.path.relpath(os.path.join(d, n), local_dir) for d, _, names in os.walk(local_dir)
+                    for n in names), key=lambda rel: (os.path.basename(rel) == last, rel))
+    for rel in files:
+        bucket.blob(prefix + rel.replace(os.sep, "/")).upload_from_filename(os.path.join(local_dir, rel))
+    kept = {prefix + rel.replace(os.sep, "/") for rel in files}
+    for blob in before:
+        if blob.name not in kept:
+            blob.delete()
+
+
+def delete_prefix(uri: str) -> None:
+    for blob in _blobs(uri)[2]:
+        blob.delete()

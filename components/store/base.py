@@ -16,7 +16,7 @@ import uuid
 from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import gcs_client, is_gcs, split_gcs
+from components.contracts.storage import download_prefix, gcs_client, is_gcs, split_gcs
 
 SAVED_MODEL_PB = "saved_model.pb"
 MODELS_CONFIG = "models.config"
@@ -123,11 +123,7 @@ class ServingStore:
         if not is_gcs(self.base):
             return self.version_path(version)
         into = into or tempfile.mkdtemp(prefix=f"gpupipe-{self.model_name}-{version}-")
-        bucket_name, prefix = split_gcs(self.version_path(version) + "/")
-        for blob in gcs_client().list_blobs(bucket_name, prefix=prefix):
-            target = os.path.join(into, blob.name[len(prefix):])
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            blob.download_to_filename(target)
+        download_prefix(self.version_path(version), into)
         return into
 
     # -- models.config ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern
 from components.contracts.features import FeatureSpecs, feature_statistics, specs_from_statistics, write_feature_specs
 from components.contracts.settings import Columns
+from components.contracts.storage import is_gcs
 from components.train.runtime import (PREEMPTED_EXIT_CODE, Preempted, cluster_workers,  # noqa: F401 (re-exported)
                                       is_chief)
 from components.train.settings import TrainSettings
@@ -132,9 +133,11 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
     from components.contracts.statistics import load_statistics
     from components.train.model import make_dataset
-    from components.train.runtime import (GpuSampler, PreemptionGuard, ResumeLog, StepTimer, choose_strategy,
-                                          compute_capability, precision_policy)
+    from components.train.runtime import (Backup, GpuSampler, PreemptionGuard, ResumeLog, StepTimer,
+                                          choose_strategy, compute_capability, graph_code_without_autograph,
+                                          precision_policy)
 
+    graph_code_without_autograph()
     s = settings
     tf_keras.utils.set_random_seed(s.seed)
     train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
@@ -161,11 +164,10 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
         tf_config = os.environ.get("TF_CONFIG")
         chief = is_chief(tf_config)
-        callbacks, guard = [], None
+        callbacks, guard, backup = [], None, None
         resume, timer = ResumeLog(), StepTimer()
         if backup_dir:
-            backup = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq=s.checkpoint_steps,
-                                                         delete_checkpoint=False)
+            backup = Backup(backup_dir, scratch, s.checkpoint_steps, chief)
             guard = PreemptionGuard(backup, strategy)
             callbacks += [backup, guard]
         callbacks += [resume, timer]
@@ -182,13 +184,15 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         finally:
             if guard:
                 guard.uninstall()
+            if backup:
+                backup.close()
         seconds = time.perf_counter() - started
         if guard and guard.preempted:
             raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
 
         export_model(model, specs, model_dir, chief)
-        if backup_dir and chief and tf.io.gfile.exists(backup_dir):
-            tf.io.gfile.rmtree(backup_dir)  # the model is whole; a later retry need not resume
+        if backup and chief:
+            backup.discard()  # the model is whole; a later retry need not resume
 
         steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
         p50, p95 = timer.percentiles()
@@ -203,6 +207,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "epochs": s.epochs,
             "steps_per_epoch": steps_per_epoch,
             "optimizer_steps": int(model.optimizer.iterations.numpy()),
+            "train_function_traces": traces(model.train_function),
             "resumed_from_step": resume.resumed_from,
             "step_seconds_p50": p50,
             "step_seconds_p95": p95,
@@ -227,6 +232,12 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "model": s.custom_model or s.model,
             "chief": chief,
         }
+
+
+def traces(function) -> Optional[int]:
+    """How often a tf.function was traced (once per input signature it saw)."""
+    count = getattr(function, "experimental_get_tracing_count", None)
+    return count() if count else None
 
 
 def strategy_name(strategy) -> str:
@@ -307,15 +318,18 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
     KFP artifacts. Without `launch`: trains in this process. With `launch` (workers > 1, a
     components.train.launch.Launch as JSON): runs the same entry point as a multi-worker job
     on the artifact URIs and follows it. The BackupAndRestore directory sits beside the
-    model output, where a retry of this task finds it. The Markdown report is copied to
+    model's URI, where a retry of this task finds it. The Markdown report is copied to
     `summary_md`. Returns the training report (the chief's)."""
     import tensorflow as tf
 
     if not launch:
+        # The backup beside the model's URI: in the run's remote root on the cluster, where a
+        # retry of this task (in a new pod) finds it; kfp.local's URIs are local paths.
+        backup_home = _sibling(model[1] if is_gcs(model[1]) else model[0], "backup")
         report_dir = _sibling(model[0], "report")
         report = run_train(examples_dir=examples[0], statistics_dir=statistics[0], model_dir=model[0],
-                           columns=columns, settings=settings, backup_dir=_sibling(model[0], "backup"),
-                           log_dir=log_dir, report_dir=report_dir)
+                           columns=columns, settings=settings, backup_dir=backup_home, log_dir=log_dir,
+                           report_dir=report_dir)
     else:
         from components.train.launch import Launch, run_training_job
 

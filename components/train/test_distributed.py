@@ -128,20 +128,42 @@ def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_
     assert not (tmp_path / "backup").exists()  # cleaned up once the model is whole
 
 
-def test_sigterm_checkpoints_and_exits_143_then_resumes(tmp_path, penguin_examples, penguin_validation):
-    cmd = train_command(penguin_examples, penguin_validation["statistics"], tmp_path / "model", tmp_path / "backup",
-                        tmp_path / "report", **LONG)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for_checkpoint(tmp_path / "backup", proc)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 143, out[-3000:]
-    assert "SIGTERM received" in out and "exiting with 143" in out
-    assert not (tmp_path / "model" / "saved_model.pb").exists()
-    rerun = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0
-    resumed = report(tmp_path / "report")
-    assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
+def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from_it(
+        tmp_path, monkeypatch, penguin_examples, penguin_validation):
+    """As on the cluster: the backup lives under the run's remote root (gs://, here the GCS
+    emulator), the first pod is preempted (SIGTERM: checkpoint, exit 143), and the retry runs
+    in a new process with another local scratch directory: it fetches the backup and resumes."""
+    from components.contracts.storage import gcs_client
+    from tests.fixtures.gcs import gcs_emulator
+
+    with gcs_emulator(monkeypatch) as bucket:
+        home = f"gs://{bucket}/root/penguins/run-1/train/backup"
+        cmd = train_command(penguin_examples, penguin_validation["statistics"], tmp_path / "model", home,
+                            tmp_path / "report", **LONG)
+        scratch = [tmp_path / "scratch-pod-1", tmp_path / "scratch-pod-2"]
+        for s in scratch:
+            s.mkdir()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(GPUPIPE_SCRATCH_DIR=str(scratch[0])), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 300
+        while not any(b.name.endswith("/checkpoint") for b in gcs_client().list_blobs(bucket)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint reached the bucket"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 143, out[-3000:]
+        assert "SIGTERM received" in out and "exiting with 143" in out
+        assert not (tmp_path / "model" / "saved_model.pb").exists()
+        assert not list(scratch[0].iterdir()), "the local mirror of the backup outlived the process"
+
+        rerun = subprocess.run(cmd, cwd=ROOT, env=env(GPUPIPE_SCRATCH_DIR=str(scratch[1])), capture_output=True,
+                               text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        assert f"backup: {home} (" in rerun.stdout and "file(s) fetched" in rerun.stdout
+        resumed = report(tmp_path / "report")
+        assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
+        assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
+        assert not [b.name for b in gcs_client().list_blobs(bucket)], "the backup outlived the whole model"
 
 
 def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, penguin_examples, penguin_validation):
