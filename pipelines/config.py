@@ -109,6 +109,12 @@ class ClusterConfig(Strict):
         None, description="Secret holding a GCP service-account key, mounted into every task")
     gcs_credentials_key: str = Field("key.json", description="the key file's name inside that Secret")
     image_pull_secrets: List[str] = Field(default_factory=list, description="Secrets for pulling the images")
+    data_source: Optional[str] = Field(
+        None, description="the data source on the cluster, a URI every pod can read (gs://...); the compiled "
+                          "pipeline's default (data.source stays the local run's)")
+    serving_base: Optional[str] = Field(
+        None, description="the serving base on the cluster (gs://...); the compiled pipeline's default "
+                          "(serving.base stays the local run's)")
     service_account: Optional[str] = Field(
         None, description="service account of the multi-worker training pods (the run's own for the KFP tasks)")
     resources: Dict[str, StepResourcesOverride] = Field(
@@ -136,7 +142,9 @@ class ClusterConfig(Strict):
 class PipelineConfig(Strict):
     name: str = Field(description="pipeline name: lowercase letters, digits and '-'")
     description: str = ""
-    pipeline_root: Optional[str] = Field(None, description="KFP pipeline root on the cluster, e.g. gs://bucket/runs")
+    pipeline_root: Optional[str] = Field(
+        None, description="KFP pipeline root on the cluster, e.g. gs://bucket/runs (unset: the KFP installation's "
+                          "default artifact store)")
     data: DataSettings
     validation: ValidationSettings = ValidationSettings()
     training: TrainSettings = TrainSettings()

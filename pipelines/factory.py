@@ -11,6 +11,7 @@ files, the environment or the network.
 from kfp import dsl, kubernetes
 
 from components.contracts import names
+from components.contracts.errors import GpupipeError
 from components.contracts.pods import PodShape
 from components.contracts.settings import Columns
 from components.evaluate.component import make_evaluate_op
@@ -31,15 +32,51 @@ P_SERVING_BASE = "serving_base"
 P_LEARNING_RATE = "learning_rate"
 
 
-def run_parameters(config: PipelineConfig) -> dict:
-    """The pipeline's parameters with their config defaults."""
-    return {
+REMOTE = ("gs://",)  # where every pod can read and write (the storage layer's schemes)
+PIPELINE_ROOTS = ("gs://", "s3://", "minio://")  # what KFP's launcher stores artifacts in
+
+
+def _cluster_uri(value: str, key: str, fix: str) -> str:
+    if not value.startswith(REMOTE) and not value.startswith("synthetic:"):
+        raise GpupipeError(f"{key}: '{value}' is a path inside the pod, lost with it on the cluster; {fix}")
+    return value
+
+
+def cluster_locations(config: PipelineConfig) -> dict:
+    """The data source and serving base a compiled pipeline runs with when nobody types
+    them in: the cluster section's URIs (else the local ones, which must then be URIs).
+    Raises GpupipeError, naming the key, for any location a pod would read or write that
+    does not outlive the pod."""
+    cluster = config.cluster
+    locations = {
+        P_DATA_SOURCE: _cluster_uri(cluster.data_source or config.data.source,
+                                    "cluster.data_source" if cluster.data_source else "data.source",
+                                    "set cluster.data_source: gs://BUCKET/PATH"),
+        P_SERVING_BASE: _cluster_uri(cluster.serving_base or config.serving.base,
+                                     "cluster.serving_base" if cluster.serving_base else "serving.base",
+                                     "set cluster.serving_base: gs://BUCKET/PATH"),
+    }
+    for key, value in (("validation.schema_file", config.validation.schema_file),
+                       ("validation.drift.baseline_statistics", config.validation.drift.baseline_statistics)):
+        if value:
+            _cluster_uri(value, key, f"upload the file and set {key}: gs://BUCKET/PATH")
+    if config.pipeline_root and not config.pipeline_root.startswith(PIPELINE_ROOTS):
+        raise GpupipeError(f"pipeline_root: '{config.pipeline_root}' is not an object-store URI; give "
+                           "gs://BUCKET/PATH (or s3://, minio://), or remove it for the installation's default")
+    return locations
+
+
+def run_parameters(config: PipelineConfig, local: bool = True) -> dict:
+    """The pipeline's parameters with their defaults: the config's local locations for a
+    local run, its cluster locations for the compiled pipeline."""
+    params = {
         P_DATA_SOURCE: config.data.source,
         P_EPOCHS: config.training.epochs,
         P_THRESHOLD: config.evaluation.threshold,
         P_SERVING_BASE: config.serving.base,
         P_LEARNING_RATE: config.training.learning_rate,
     }
+    return params if local else {**params, **cluster_locations(config)}
 
 
 def apply_pod_shape(task: dsl.PipelineTask, shape: PodShape) -> None:
@@ -72,8 +109,10 @@ def launch_json(config: PipelineConfig) -> str:
                   shape=pods.training_shape(config), max_restarts=t.retries).model_dump_json()
 
 
-def create_pipeline(config: PipelineConfig):
-    """Returns the `@dsl.pipeline` function for `config` (compile it, or call it under kfp.local)."""
+def create_pipeline(config: PipelineConfig, local: bool = False):
+    """Returns the `@dsl.pipeline` function for `config`: for the cluster (compile it; its
+    defaults are the cluster locations) or, `local`, for kfp.local."""
+    defaults = run_parameters(config, local=local)
     cpu_image = config.images.cpu_image
     fingerprint_op = make_fingerprint_op(cpu_image)
     ingest_op = make_ingest_op(cpu_image)
@@ -84,13 +123,14 @@ def create_pipeline(config: PipelineConfig):
     data, training, serving = config.data, config.training, config.serving
     columns = Columns.part_of(data).model_dump_json()
 
-    @dsl.pipeline(name=config.name, description=config.description or f"gpupipe pipeline {config.name}")
+    @dsl.pipeline(name=config.name, description=config.description or f"gpupipe pipeline {config.name}",
+                  pipeline_root=None if local else config.pipeline_root)
     def pipeline(
-        data_source: str = config.data.source,
-        epochs: int = config.training.epochs,
-        eval_threshold: float = config.evaluation.threshold,
-        serving_base: str = config.serving.base,
-        learning_rate: float = config.training.learning_rate,
+        data_source: str = defaults[P_DATA_SOURCE],
+        epochs: int = defaults[P_EPOCHS],
+        eval_threshold: float = defaults[P_THRESHOLD],
+        serving_base: str = defaults[P_SERVING_BASE],
+        learning_rate: float = defaults[P_LEARNING_RATE],
     ):
         # Never cached: its outputs put the data's and the served model's state into the
         # cache keys of ingest and validate, so those are reused only when neither changed.

@@ -168,7 +168,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     pipeline_root.mkdir(parents=True, exist_ok=True)
     before = set(pipeline_root.glob(f"{config.name}-*"))
     steps = {name: StepResult(name) for name in names.STEPS}
-    pipeline = create_pipeline(config)
+    pipeline = create_pipeline(config, local=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
 
     error_fd, error_file = tempfile.mkstemp(prefix="gpupipe-errors-", suffix=".txt")

@@ -112,3 +112,23 @@ def test_schema_command_writes_the_inferred_schema_for_review(tmp_path):
     # What the validate task gets: the config's section as JSON, read back by the step.
     passed = ValidationSettings.from_json(parse_config(raw).validation.model_dump_json())
     assert passed.schema_file == str(tmp_path / "penguins.schema.pbtxt")
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda c: c["cluster"].pop("serving_base"),
+     "error: serving.base: 'serving' is a path inside the pod, lost with it on the cluster; set "
+     "cluster.serving_base: gs://BUCKET/PATH"),
+    (lambda c: c["cluster"].update(data_source="/mnt/data/penguins.csv"),
+     "error: cluster.data_source: '/mnt/data/penguins.csv' is a path inside the pod, lost with it on the cluster; "
+     "set cluster.data_source: gs://BUCKET/PATH"),
+    (lambda c: c["validation"].update(schema_file="configs/penguins.schema.pbtxt"),
+     "error: validation.schema_file: 'configs/penguins.schema.pbtxt' is a path inside the pod, lost with it on the "
+     "cluster; upload the file and set validation.schema_file: gs://BUCKET/PATH"),
+    (lambda c: c.update(pipeline_root="runs"),
+     "error: pipeline_root: 'runs' is not an object-store URI; give gs://BUCKET/PATH (or s3://, minio://), or "
+     "remove it for the installation's default"),
+])
+def test_compile_refuses_a_cluster_location_a_pod_would_lose(tmp_path, edit, expected):
+    bad = config_with(tmp_path, edit)
+    assert one_line_error(gpupipe("compile", bad, "--output-dir", str(tmp_path / "o"))) == expected
+    assert not (tmp_path / "o").exists()

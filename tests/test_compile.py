@@ -38,6 +38,10 @@ def test_compiled_yaml_loads_back_with_the_kfp_sdk(tmp_path, penguins_docs):
     assert set(loaded.component_spec.inputs) == {"data_source", "epochs", "eval_threshold", "serving_base",
                                                  "learning_rate"}
     assert loaded.component_spec.inputs["epochs"].default == 40
+    # Pressing Run with the defaults reads and writes where every pod can: the cluster locations.
+    assert loaded.component_spec.inputs["data_source"].default == "gs://gpupipe-example/data/penguins.csv"
+    assert loaded.component_spec.inputs["serving_base"].default == "gs://gpupipe-example/serving"
+    assert penguins_docs[1][0]["defaultPipelineRoot"] == "gs://gpupipe-example/pipeline-root"
 
 
 def test_trainer_requests_the_configured_accelerator(penguins_docs):
