@@ -127,10 +127,14 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import kserve_inference_service
+    from pipelines.manifests import kserve_inference_service, launcher_rbac
 
     config = load_config(args.config)
-    sys.stdout.write(yaml.safe_dump(kserve_inference_service(config, args.serving_base or ""), sort_keys=False))
+    if args.rbac:
+        docs = launcher_rbac(config, args.namespace, args.service_account)
+    else:
+        docs = [kserve_inference_service(config, args.serving_base or "")]
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     return 0
 
 
@@ -248,9 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=10)
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model")
+    p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model, or (--rbac) the "
+                                        "Role and RoleBinding the train task needs to launch multi-worker jobs")
     p.add_argument("config")
     p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI)")
+    p.add_argument("--rbac", action="store_true", help="print the launcher's Role and RoleBinding instead")
+    p.add_argument("--namespace", default="kubeflow", help="with --rbac: where the pipeline runs (default: kubeflow)")
+    p.add_argument("--service-account", default="pipeline-runner",
+                   help="with --rbac: the runs' service account (pipeline-runner; default-editor in a Kubeflow "
+                        "profile namespace)")
     p.set_defaults(func=cmd_manifest)
     return parser
 

@@ -27,3 +27,27 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str = "") -> 
         metadata["namespace"] = srv.namespace
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": metadata,
             "spec": {"predictor": predictor}}
+
+
+def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) -> list:
+    """The Role and RoleBinding the train task needs to launch its multi-worker job in
+    `namespace`: create, follow and delete JobSets or TFJobs, as the pipeline's runner
+    (`service_account`: `pipeline-runner` on standalone Kubeflow Pipelines, `default-editor`
+    in a Kubeflow profile namespace)."""
+    from components.train.launch import API
+
+    group, _, plural, _ = API[config.training.launcher]
+    name = f"gpupipe-{config.name}-launcher"
+    labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/pipeline": config.name}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "rules": [{"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+    return [role, binding]

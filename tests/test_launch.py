@@ -113,3 +113,70 @@ def test_job_state_reads_conditions():
     assert job_state({}) == ("Pending", "")
     assert job_state({"status": {"conditions": [{"type": "Running", "status": "True", "message": "up"}]}}) == \
         ("Running", "up")
+
+
+# ---------------------------------------------------------------- against the Kubernetes API FIXTURE
+# (tests/fixtures/k8s_api.py: an HTTP server speaking the custom-objects REST API; the real
+# kubernetes client talks to it, as the train task's launcher does on a cluster)
+
+RUNNING = [{"type": "StartupPolicyCompleted", "status": "True"}]
+
+
+def test_the_launcher_creates_follows_and_deletes_a_failed_job_through_the_kubernetes_api(ctr_config):
+    from components.train.launch import run_training_job
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    failed = [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}]
+    with kubernetes_api([RUNNING, RUNNING, failed]) as (url, cluster):
+        with pytest.raises(GpupipeError, match=r"training.workers: JobSet default/gpupipe-train-\w+ failed "
+                                               r"\(FailedJobs: jobset failed\)"):
+            run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
+    methods = [m for m, _ in cluster.requests]
+    assert methods[0] == "POST" and methods.count("GET") == 3 and methods[-1] == "DELETE"
+    assert cluster.requests[0][1] == "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+    assert len(cluster.deleted) == 1 and not cluster.objects
+
+
+def test_the_launcher_leaves_a_completed_job_for_its_logs(ctr_config):
+    from components.train.launch import run_training_job
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed"}]
+    with kubernetes_api([RUNNING, done]) as (url, cluster):
+        reason = run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
+        assert reason == "AllJobsCompleted: jobset completed"
+        assert cluster.deleted == [] and len(cluster.objects) == 1
+
+
+def test_sigterm_to_the_launcher_deletes_the_job_and_exits_143(tmp_path, ctr_config):
+    """The run is cancelled (or the pod evicted): Kubernetes sends the train task SIGTERM.
+    The launcher runs as the task runs it, in its own process, with the kubernetes client
+    configured from a kubeconfig that points at the fixture."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.fixtures.k8s_api import kubernetes_api
+
+    launch = ctr_launch(ctr_config, launcher="tfjob")
+    script = ("import sys\nfrom components.train.launch import Launch, run_training_job\n"
+              f"run_training_job(Launch.from_json(sys.argv[1]), {COMMAND!r}, poll_seconds=0.05)\n")
+    with kubernetes_api([RUNNING]) as (url, cluster):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fixture",
+            "clusters": [{"name": "fixture", "cluster": {"server": url}}],
+            "contexts": [{"name": "fixture", "context": {"cluster": "fixture", "user": "u"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}]}))
+        proc = subprocess.Popen([sys.executable, "-c", script, launch.model_dump_json()], cwd=tmp_path,
+                                env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not any(m == "GET" for m, _ in list(cluster.requests)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.terminate()  # SIGTERM
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143, output
+    assert [key[1] for key in cluster.deleted] == ["tfjobs"] and not cluster.objects
+    assert "SIGTERM: deleting TFJob default/gpupipe-train-" in output

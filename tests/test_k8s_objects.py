@@ -1,0 +1,50 @@
+"""Every Kubernetes object gpupipe generates validates, strictly, against the real schema:
+the JobSet and TFJob of a multi-worker run (their CRDs' published schemas, pod templates
+included), the launcher's Role and RoleBinding (the Kubernetes API's own schemas) and the
+KServe InferenceService. And the validation itself fails on a wrong object."""
+import copy
+
+import pytest
+
+from components.train.launch import Launch, job_manifest
+from pipelines.factory import launch_json
+from pipelines.manifests import kserve_inference_service, launcher_rbac
+from tests.fixtures.k8s_schema import assert_valid, validation_errors
+
+pytestmark = pytest.mark.compile
+COMMAND = ["python", "-m", "components.train", "--examples", "gs://b/x"]
+OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "ctr-train-x", "uid": "0f1e2d3c", "blockOwnerDeletion": False,
+          "controller": False}]
+
+
+def launched(config, kind: str) -> dict:
+    config = config.model_copy(update={"training": config.training.model_copy(update={"launcher": kind})})
+    return job_manifest(Launch.from_json(launch_json(config)), "gpupipe-train-1a2b3c4d", "team-a", COMMAND, OWNER)
+
+
+@pytest.mark.parametrize("kind", ["jobset", "tfjob"])
+def test_the_multi_worker_job_validates_against_its_crd(ctr_config, kind):
+    assert_valid(launched(ctr_config, kind))
+
+
+def test_the_launchers_rbac_validates(ctr_config):
+    for obj in launcher_rbac(ctr_config, "team-a", "default-editor"):
+        assert_valid(obj)
+
+
+def test_the_kserve_inference_service_validates(penguins_config):
+    assert_valid(kserve_inference_service(penguins_config, "gs://bucket/serving"))
+
+
+def test_validation_fails_on_a_misspelt_field_a_wrong_type_and_a_missing_key(ctr_config):
+    job = launched(ctr_config, "jobset")
+    pod = job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    misspelt = copy.deepcopy(job)
+    misspelt["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelectr"] = pod["nodeSelector"]
+    assert any("nodeSelectr" in e for e in validation_errors(misspelt))
+    wrong_type = copy.deepcopy(job)
+    wrong_type["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = "two"
+    assert any("'two' is not of type 'integer'" in e for e in validation_errors(wrong_type))
+    role = launcher_rbac(ctr_config, "team-a", "default-editor")[0]
+    del role["rules"][0]["verbs"]
+    assert validation_errors(role)
