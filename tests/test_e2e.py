@@ -12,16 +12,26 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_penguins_end_to_end_pushes_a_servable_model(tmp_path):
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """`gpupipe run configs/penguins.yaml` as a user types it: one run, shared by the tests
+    that read its outputs and by the second run that builds on its served version."""
+    tmp_path = tmp_path_factory.mktemp("first-run")
     serving = tmp_path / "serving"
     out = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "run", "configs/penguins.yaml", "--runs-dir", str(tmp_path / "runs"),
          "--serving-base", str(serving)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    summary = out.stdout
+    return tmp_path, out.stdout
+
+
+def test_penguins_end_to_end_pushes_a_servable_model(first_run):
+    tmp_path, summary = first_run
+    serving = tmp_path / "serving"
     for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push"):
         assert f"  {step:<11} SUCCESS" in summary
     assert f"pushed version 1: {serving / 'penguins' / '1'}" in summary
+    assert "data drift: no baseline yet (nothing served)" in summary
 
     version = serving / "penguins" / "1"
     assert (version / "saved_model.pb").is_file() and (version / "variables").is_dir()
@@ -39,33 +49,29 @@ def test_penguins_end_to_end_pushes_a_servable_model(tmp_path):
 
     run_dir = next((tmp_path / "runs").glob("penguins-*"))
     blessing = json.loads((run_dir / "evaluate" / "blessing" / "blessing.json").read_text())
-    assert blessing["blessed"] and blessing["value"] >= 0.9
+    assert blessing["blessed"] and blessing["value"] >= 0.9 and blessing["baseline_version"] is None
     assert f"eval accuracy: {blessing['value']:.4f} (threshold 0.9000): blessed" in summary
     assert (run_dir / "validate" / "report").is_file()
 
 
-def test_second_run_compares_with_the_first_runs_version(tmp_path):
-    """Run 1 pushes version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
+def test_second_run_compares_with_the_first_runs_version(first_run):
+    """Run 1 pushed version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
     validates against version 1's statistics, scores version 1 as its baseline, fails the
     change threshold and is not pushed."""
     import yaml
 
-    from pipelines.config import load_config, parse_config
+    from pipelines.config import parse_config
     from pipelines.local_run import run_local
 
-    config = load_config(ROOT / "configs" / "penguins.yaml")
-    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
-    raw["training"]["learning_rate"] = 0.0003
-    undertrained = parse_config(raw)
+    tmp_path, _ = first_run
     serving = tmp_path / "serving"
-    first = run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"serving_base": str(serving)})
-    assert first.ok and first.push["version"] == 1 and first.blessing["baseline_version"] is None
-    assert "data drift: no baseline yet (nothing served)" in first.render()
     stored = serving / "penguins" / "1" / "assets.extra"
     assert (stored / "gpupipe" / "stats.pb").is_file() and (stored / "gpupipe" / "schema.pbtxt").is_file()
     assert (stored / "tf_serving_warmup_requests").is_file()
 
-    second = run_local(undertrained, runs_dir=str(tmp_path / "runs"),
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["training"]["learning_rate"] = 0.0003
+    second = run_local(parse_config(raw), runs_dir=str(tmp_path / "runs-2"),
                        overrides={"serving_base": str(serving), "epochs": 1, "eval_threshold": 0.0})
     assert second.ok  # every step ran; the gate said no
     assert second.validation["baseline"] == "served version 1" and second.validation["drift"] == []
@@ -77,6 +83,8 @@ def test_second_run_compares_with_the_first_runs_version(tmp_path):
     assert "baseline: served version 1, accuracy" in text
     assert "not pushed: not blessed: accuracy" in text
     assert sorted(p.name for p in (serving / "penguins").iterdir()) == ["1"]
+    push_summary = next(Path(second.run_dir).glob("push/summary")).read_text()  # the push task's UI output
+    assert push_summary.startswith("# Not pushed") and "not pushed: not blessed: accuracy" in push_summary
 
 
 def test_bad_data_stops_the_run_before_training(tmp_path):
