@@ -171,6 +171,11 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             guard = PreemptionGuard(backup, strategy)
             callbacks += [backup, guard]
         callbacks += [resume, timer]
+        if s.early_stopping:
+            stop = s.early_stopping
+            callbacks.append(tf_keras.callbacks.EarlyStopping(
+                monitor=stop.metric, mode="max" if stop.metric == "accuracy" else "min", patience=stop.patience,
+                min_delta=stop.min_delta, restore_best_weights=True, verbose=1))
         if log_dir and chief:
             callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
 
@@ -205,6 +210,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
             "train_seconds": round(seconds, 2),
             "epochs": s.epochs,
+            "epochs_run": len(history.history["loss"]),
             "steps_per_epoch": steps_per_epoch,
             "optimizer_steps": int(model.optimizer.iterations.numpy()),
             "train_function_traces": traces(model.train_function),

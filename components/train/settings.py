@@ -11,6 +11,15 @@ from components.contracts.pods import Toleration, check_quantity
 from components.contracts.settings import Strict
 
 
+class EarlyStopping(Strict):
+    """Stop when the training metric has not improved for `patience` epochs, and keep the
+    weights of the best epoch (tf_keras' EarlyStopping)."""
+
+    metric: Literal["loss", "accuracy", "rmse"] = Field("loss", description="a metric the trainer reports per epoch")
+    patience: int = Field(3, ge=1, description="epochs without an improvement of at least min_delta")
+    min_delta: float = Field(0.0, ge=0)
+
+
 class TrainSettings(Strict):
     task: Literal["multiclass", "binary", "regression"] = "multiclass"
     model: str = Field(
@@ -51,6 +60,7 @@ class TrainSettings(Strict):
         200, ge=1, description="BackupAndRestore every N steps; a retried or preempted run resumes from there")
     gpu_hour_price: float = Field(0.0, ge=0, description="price of one GPU-hour, for the cost in the training report")
     seed: int = 42
+    early_stopping: Optional[EarlyStopping] = Field(None, description="unset: train every epoch")
     # The pods that train (pipelines/pods.py turns these into a PodShape).
     retries: int = Field(2, ge=0, description="KFP retries of the train task (preemption exits 143)")
     retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")

@@ -123,3 +123,17 @@ def test_optimizers_by_name():
     assert isinstance(make_optimizer("adam", 1e-3), tf_keras.optimizers.Adam)
     with pytest.raises(GpupipeError, match="training.optimizer: 'lamb' is not one of"):
         make_optimizer("lamb", 0.1)
+
+
+def test_early_stopping_ends_training_when_the_metric_stops_improving(tmp_path, penguin_examples, penguin_validation):
+    from components.train.logic import train_model
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    # A learning rate of ~0: the loss cannot improve by min_delta, so training stops after `patience` epochs.
+    settings = penguin_settings(epochs=50, learning_rate=1e-9,
+                                early_stopping={"metric": "loss", "patience": 2, "min_delta": 0.01})
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
+                         settings)
+    assert report["epochs"] == 50 and report["epochs_run"] == 3
+    assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
+    assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
