@@ -21,3 +21,17 @@ def test_workflow_is_valid_yaml_running_the_ci_commands():
     assert upload["if"].startswith("github.ref == 'refs/heads/main'")
     assert any("gpupipe upload" in s.get("run", "") for s in upload["steps"])
     assert "${{ secrets.KFP_TOKEN }}" in upload["env"]["KFP_TOKEN"]
+
+
+def test_a_version_tag_builds_and_pushes_both_images_to_the_registry_from_the_secrets():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yaml").read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]
+    assert triggers["push"]["tags"] == ["v*"]
+    images = workflow["jobs"]["images"]
+    assert images["needs"] == "test" and images["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    builds = [s["with"] for s in images["steps"] if s.get("uses", "").startswith("docker/build-push-action")]
+    assert [b["file"] for b in builds] == ["images/cpu/Dockerfile", "images/gpu/Dockerfile"]
+    assert all(b["push"] is True and b["tags"].startswith("${{ env.REGISTRY }}/gpupipe-") for b in builds)
+    assert images["env"]["REGISTRY"] == "${{ secrets.REGISTRY }}"
+    login = next(s for s in images["steps"] if s.get("uses", "").startswith("docker/login-action"))
+    assert login["with"]["password"] == "${{ secrets.REGISTRY_PASSWORD }}"
