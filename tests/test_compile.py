@@ -184,3 +184,31 @@ def test_the_train_task_and_the_job_workers_come_from_one_pod_shape(ctr_config, 
     task, worker = compiled_pod_shape(single, "exec-train"), job_pod_shape(pod)
     assert task == worker
     assert task["resources"]["limits"]["nvidia.com/gpu"] == "2" and task["emptyDirs"] and task["secrets"]
+
+
+def test_step_resources_and_timeouts_are_overridable_per_step(penguins_config):
+    from pipelines.config import parse_config
+
+    raw = penguins_config.model_dump(exclude_none=True)
+    raw["cluster"]["resources"] = {"validate": {"memory": "16Gi", "memory_limit": "24Gi", "timeout": "90m"}}
+    docs = list(yaml.safe_load_all(compile_to_text(parse_config(raw))))
+    validate = docs[0]["deploymentSpec"]["executors"]["exec-validate"]["container"]["resources"]
+    assert (validate["resourceMemoryRequest"], validate["resourceMemoryLimit"]) == ("16Gi", "24Gi")
+    assert (validate["resourceCpuRequest"], validate["resourceCpuLimit"]) == ("1", "2")  # the step's defaults
+    k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert k8s["exec-validate"]["activeDeadlineSeconds"] == str(90 * 60)
+    assert k8s["exec-ingest"]["activeDeadlineSeconds"] == str(6 * 3600)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("memory", "32GB", "'32GB' is not a Kubernetes quantity"),
+    ("timeout", "2 hours", "String should match pattern"),
+])
+def test_a_bad_resource_value_is_refused_naming_the_key(penguins_config, key, value, message):
+    from components.contracts.errors import GpupipeError
+    from pipelines.config import parse_config
+
+    raw = penguins_config.model_dump(exclude_none=True)
+    raw["cluster"]["resources"] = {"train": {key: value}}
+    with pytest.raises(GpupipeError, match=f"cluster.resources.train.{key}: .*{message}"):
+        parse_config(raw)
