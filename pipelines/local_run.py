@@ -27,6 +27,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '?([\w-]+)'?")
 _END = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
 STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names in the summary
+PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/runtime.py: Progress)
+_EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 
 
 @dataclass
@@ -88,12 +90,22 @@ class RunSummary:
 
 class _ProgressTee(io.TextIOBase):
     """Stands in for sys.stdout during the run: every line goes to the log file; kfp.local's
-    task start/finish lines are timed and echoed as one progress line each."""
+    task start/finish lines are timed and echoed as one line each, and the trainer's
+    `progress:` lines (epoch, step, loss, examples/s, ETA) shown live: rewritten in place
+    on a terminal, as plain lines (the first, the last, and one every PLAIN_EVERY seconds)
+    otherwise. `quiet`: nothing until the summary."""
 
-    def __init__(self, log: TextIO, console: TextIO, steps: Dict[str, StepResult]):
+    PLAIN_EVERY = 5.0
+
+    def __init__(self, log: TextIO, console: TextIO, steps: Dict[str, StepResult], quiet: bool = False):
         self._log, self._console, self._steps = log, console, steps
         self._started: Dict[str, float] = {}
         self._buffer = ""
+        self._quiet = quiet
+        self._tty = console.isatty()
+        self._running: Optional[str] = None
+        self._progress_shown = 0.0
+        self._progress_open = False  # a progress line waits for its newline (terminal)
 
     def writable(self) -> bool:
         return True
@@ -109,20 +121,47 @@ class _ProgressTee(io.TextIOBase):
     def flush(self) -> None:
         self._log.flush()
 
+    def _say(self, text: str) -> None:
+        if self._quiet:
+            return
+        if self._progress_open:
+            self._console.write("\n")
+            self._progress_open = False
+        print(text, file=self._console, flush=True)
+
+    def _progress(self, line: str) -> None:
+        text = f"  {self._running or '':<{STEP_COLUMN}} {line.split(PROGRESS, 1)[1].strip()}"
+        if self._quiet:
+            return
+        if self._tty:
+            self._console.write(f"\r\x1b[K{text}")
+            self._console.flush()
+            self._progress_open = True
+            return
+        now = time.monotonic()
+        m = _EPOCH.search(line)
+        edge = m is not None and (m.group(1) == "1" or m.group(1) == m.group(2))
+        if edge or now - self._progress_shown >= self.PLAIN_EVERY:
+            self._progress_shown = now
+            print(text, file=self._console, flush=True)
+
     def _observe(self, line: str) -> None:
         if m := _START.search(line):
             name = m.group(1)
             self._started[name] = time.monotonic()
+            self._running = name
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
-            print(f"  {name:<{STEP_COLUMN}} running ...", file=self._console, flush=True)
+            self._say(f"  {name:<{STEP_COLUMN}} running ...")
         elif m := _END.search(line):
             name, status = m.group(1), m.group(2)
+            self._running = None
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
-                print(f"  {name:<{STEP_COLUMN}} {status} in {self._steps[name].seconds:.1f}s", file=self._console,
-                      flush=True)
+                self._say(f"  {name:<{STEP_COLUMN}} {status} in {self._steps[name].seconds:.1f}s")
+        elif line.lstrip().startswith(PROGRESS):  # kfp.local indents a task's own lines
+            self._progress(line)
 
 
 def resolve_local_path(path: str) -> str:
@@ -149,7 +188,7 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
-              console: TextIO = sys.stderr) -> RunSummary:
+              console: TextIO = sys.stderr, quiet: bool = False) -> RunSummary:
     """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
     returns the summary. Raises GpupipeError for input problems found before the run."""
     from kfp import local
@@ -177,11 +216,13 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     previous_error_env = os.environ.get(ERROR_FILE_ENV)
     os.environ[ERROR_FILE_ENV] = error_file
     started = time.monotonic()
-    print(f"gpupipe run {config.name}: running {len(names.STEPS)} steps locally (kfp.local)", file=console, flush=True)
+    if not quiet:
+        print(f"gpupipe run {config.name}: running {len(names.STEPS)} steps locally (kfp.local)", file=console,
+              flush=True)
     try:
         with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tee = _ProgressTee(log, console, steps)
+            tee = _ProgressTee(log, console, steps, quiet)
             with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee):
                 pipeline(**params)
     finally:

@@ -22,11 +22,11 @@ def first_run(tmp_path_factory):
         [sys.executable, "-m", "pipelines.cli", "run", "configs/penguins.yaml", "--runs-dir", str(tmp_path / "runs"),
          "--serving-base", str(serving)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    return tmp_path, out.stdout
+    return tmp_path, out.stdout, out.stderr
 
 
 def test_penguins_end_to_end_pushes_a_servable_model(first_run):
-    tmp_path, summary = first_run
+    tmp_path, summary, _ = first_run
     serving = tmp_path / "serving"
     for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push"):
         assert f"  {step:<11} SUCCESS" in summary
@@ -54,6 +54,19 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run):
     assert (run_dir / "validate" / "report").is_file()
 
 
+def test_live_progress_shows_on_a_non_tty(first_run):
+    """stderr is a pipe here: plain progress lines, the first and the last epoch at least."""
+    _, _, console = first_run
+    lines = console.splitlines()
+    assert lines[0] == "gpupipe run penguins: running 6 steps locally (kfp.local)"
+    progress = [line for line in lines if line.startswith("  train       epoch ")]
+    assert progress[0].startswith("  train       epoch 1/40 step 9/360 loss ")
+    assert progress[-1].startswith("  train       epoch 40/40 step 360/360 loss ") and progress[-1].endswith(" eta 0s")
+    assert all(" examples/s " in line and "\r" not in line and "\x1b" not in line for line in progress)
+    done = next(i for i, line in enumerate(lines) if line.startswith("  train       SUCCESS in "))
+    assert lines.index(progress[-1]) < done
+
+
 def test_second_run_compares_with_the_first_runs_version(first_run):
     """Run 1 pushed version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
     validates against version 1's statistics, scores version 1 as its baseline, fails the
@@ -63,7 +76,7 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     from pipelines.config import parse_config
     from pipelines.local_run import run_local
 
-    tmp_path, _ = first_run
+    tmp_path, _, _ = first_run
     serving = tmp_path / "serving"
     stored = serving / "penguins" / "1" / "assets.extra"
     assert (stored / "gpupipe" / "stats.pb").is_file() and (stored / "gpupipe" / "schema.pbtxt").is_file()
@@ -125,7 +138,7 @@ def test_custom_model_module_trains_through_the_whole_pipeline(tmp_path):
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(version))
-    assert any(v.name.startswith("custom_hidden") for v in loaded.model.variables)
+    assert any(v.name.startswith("custom_hidden") for v in loaded.model_variables)
     out = loaded.signatures["serving_default"](
         bill_length_mm=tf.constant([39.1]), bill_depth_mm=tf.constant([18.7]), flipper_length_mm=tf.constant([181.0]),
         body_mass_g=tf.constant([3750.0]), island=tf.constant(["Torgersen"]), sex=tf.constant(["male"]))

@@ -33,6 +33,10 @@ PROBABILITIES = "probabilities"
 CLASSES = "classes"
 PREDICTIONS = "predictions"  # regression output
 
+# The trainer's progress lines in the task log (epoch, step, loss, examples/s, ETA); `gpupipe
+# run` shows them live.
+PROGRESS_PREFIX = "progress:"
+
 # Local scratch for the trainer's disk input cache: on the cluster an emptyDir mounted here
 # and named by this environment variable.
 SCRATCH_ENV = "GPUPIPE_SCRATCH_DIR"

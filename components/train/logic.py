@@ -106,6 +106,9 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
             metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
                       jit_compile=settings.xla)
+        # The optimizer's slots now, not in the first step: a tf.function that creates
+        # variables on its first call is traced twice.
+        model.optimizer.build(model.trainable_variables)
     return model
 
 
@@ -133,7 +136,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
     from components.contracts.statistics import load_statistics
     from components.train.model import make_dataset
-    from components.train.runtime import (Backup, GpuSampler, PreemptionGuard, ResumeLog, StepTimer,
+    from components.train.runtime import (Backup, GpuSampler, PreemptionGuard, Progress, ResumeLog, StepTimer,
                                           choose_strategy, compute_capability, graph_code_without_autograph,
                                           precision_policy)
 
@@ -170,7 +173,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             backup = Backup(backup_dir, scratch, s.checkpoint_steps, chief)
             guard = PreemptionGuard(backup, strategy)
             callbacks += [backup, guard]
-        callbacks += [resume, timer]
+        callbacks += [resume, timer, Progress(s.epochs, steps_per_epoch, global_batch)]
         if s.early_stopping:
             stop = s.early_stopping
             callbacks.append(tf_keras.callbacks.EarlyStopping(
@@ -185,7 +188,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         try:
             with GpuSampler() as gpu:
                 history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                                    verbose=2)
+                                    verbose=0)
         finally:
             if guard:
                 guard.uninstall()
@@ -201,6 +204,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
         steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
         p50, p95 = timer.percentiles()
+        first_epoch, steady_epoch = timer.first_and_steady_epoch()
         workers = cluster_workers(tf_config)
         gpus = len(tf.config.list_physical_devices("GPU"))
         gpu_hours = gpus * workers * seconds / 3600
@@ -215,6 +219,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "optimizer_steps": int(model.optimizer.iterations.numpy()),
             "train_function_traces": traces(model.train_function),
             "resumed_from_step": resume.resumed_from,
+            "first_epoch_seconds": round(first_epoch, 3) if first_epoch is not None else None,
+            "steady_epoch_seconds": round(steady_epoch, 3) if steady_epoch is not None else None,
             "step_seconds_p50": p50,
             "step_seconds_p95": p95,
             "compute_only_step_seconds_p50": compute_p50,

@@ -16,6 +16,8 @@ import components  # noqa: F401
 import tensorflow as tf
 import tf_keras
 
+from components.contracts import names
+
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: retryable for TFJob's ExitCode policy and KFP retries
 
 
@@ -211,12 +213,29 @@ class ResumeLog(tf_keras.callbacks.Callback):
 
 
 class StepTimer(tf_keras.callbacks.Callback):
-    """Wall time of each training step (the first, which traces the function, is dropped)."""
+    """Wall time of each training step (the first, which traces the function, is dropped)
+    and of each epoch."""
 
     def __init__(self):
         super().__init__()
         self.seconds: List[float] = []
+        self.epoch_seconds: List[float] = []
         self._started = None
+        self._epoch_started = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_seconds.append(time.perf_counter() - self._epoch_started)
+
+    def first_and_steady_epoch(self):
+        """(the first epoch's seconds, the median of the later ones), None where there is none."""
+        import numpy as np
+
+        first = self.epoch_seconds[0] if self.epoch_seconds else None
+        steady = float(np.median(self.epoch_seconds[1:])) if len(self.epoch_seconds) > 1 else None
+        return first, steady
 
     def on_train_batch_begin(self, batch, logs=None):
         self._started = time.perf_counter()
@@ -232,6 +251,48 @@ class StepTimer(tf_keras.callbacks.Callback):
         if not steps:
             return None, None
         return float(np.percentile(steps, 50)), float(np.percentile(steps, 95))
+
+
+class Progress(tf_keras.callbacks.Callback):
+    """One `progress:` line per epoch, and every `every_seconds` inside a long epoch, in the
+    task's log: epoch, optimizer step of the total, loss, examples/s and an ETA. The local
+    runner (`gpupipe run`) shows them live; on the cluster they are in the pod's log."""
+
+    def __init__(self, epochs: int, steps_per_epoch: int, global_batch: int, every_seconds: float = 10.0):
+        super().__init__()
+        self.epochs, self.steps_per_epoch, self.global_batch = epochs, steps_per_epoch, global_batch
+        self.every_seconds = every_seconds
+        self._epoch = 0
+        self._started = self._last = 0.0
+        self._first_step = 0
+
+    def on_train_begin(self, logs=None):
+        self._started = self._last = time.perf_counter()
+        self._first_step = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _line(self, logs) -> str:
+        step = int(self.model.optimizer.iterations.numpy())
+        total = self.epochs * self.steps_per_epoch
+        elapsed = time.perf_counter() - self._started
+        rate = (step - self._first_step) / elapsed if elapsed > 0 else 0.0
+        eta = (total - step) / rate if rate else 0.0
+        loss = (logs or {}).get("loss")
+        loss_text = f" loss {float(loss):.4f}" if loss is not None else ""
+        return (f"{names.PROGRESS_PREFIX} epoch {self._epoch + 1}/{self.epochs} step {step}/{total}{loss_text} "
+                f"examples/s {rate * self.global_batch:,.0f} eta {eta:.0f}s")
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if now - self._last >= self.every_seconds:
+            self._last = now
+            print(self._line(logs), flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._last = time.perf_counter()
+        print(self._line(logs), flush=True)
 
 
 class GpuSampler:

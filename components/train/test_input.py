@@ -109,6 +109,7 @@ def test_trainer_over_the_memory_budget_spills_to_scratch_and_cleans_up(tmp_path
                          penguin_settings(epochs=3, cache_budget_mb=0, disk_cache_budget_mb=100,
                                           scratch_dir=str(scratch)))
     assert report["input_cache"] == "disk"
+    assert report["train_function_traces"] == 1  # the replayed batches (a short one each epoch) reuse the trace
     assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
     assert report["final_train_accuracy"] > 0.8
     assert "input: parsed batches written to local scratch in the first epoch" in capsys.readouterr().out

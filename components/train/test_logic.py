@@ -102,6 +102,8 @@ def test_model_families_build_train_and_export(tmp_path, penguin_examples, pengu
     report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
                          penguin_settings(model=family, epochs=2))
     assert report["model"] == family and report["optimizer_steps"] == 2 * report["steps_per_epoch"]
+    # One trace for the whole fit: every epoch, and the short last batch, reuse it.
+    assert report["train_function_traces"] == 1
     assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
 
 
