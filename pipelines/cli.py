@@ -127,11 +127,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import kserve_inference_service, launcher_rbac
+    from pipelines.manifests import kserve_inference_service, launcher_rbac, tenant_manifests
 
     config = load_config(args.config)
-    if args.rbac:
-        docs = launcher_rbac(config, args.namespace, args.service_account)
+    if args.tenant:
+        if not args.gpu_quota:
+            raise GpupipeError("manifest --tenant: give the team's GPUs with --gpu-quota N")
+        docs = tenant_manifests(config, args.tenant, args.gpu_quota, args.spot_gpu_quota, args.borrowing_limit,
+                                args.cohort, args.service_account or "default-editor")
+    elif args.rbac:
+        docs = launcher_rbac(config, args.namespace, args.service_account or "pipeline-runner")
     else:
         docs = [kserve_inference_service(config, args.serving_base or "")]
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
@@ -259,9 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI)")
     p.add_argument("--rbac", action="store_true", help="print the launcher's Role and RoleBinding instead")
     p.add_argument("--namespace", default="kubeflow", help="with --rbac: where the pipeline runs (default: kubeflow)")
-    p.add_argument("--service-account", default="pipeline-runner",
-                   help="with --rbac: the runs' service account (pipeline-runner; default-editor in a Kubeflow "
-                        "profile namespace)")
+    p.add_argument("--service-account",
+                   help="the runs' service account (--rbac: pipeline-runner; --tenant: default-editor, a Kubeflow "
+                        "profile's)")
+    p.add_argument("--tenant", help="print a team's share of the GPU pool instead: Namespace, ResourceQuota, "
+                                    "LimitRange, Kueue ResourceFlavors, ClusterQueue, LocalQueue and RBAC")
+    p.add_argument("--gpu-quota", type=int, default=0, help="with --tenant: the team's on-demand GPUs")
+    p.add_argument("--spot-gpu-quota", type=int, default=0, help="with --tenant: the team's spot GPUs")
+    p.add_argument("--borrowing-limit", type=int, default=0,
+                   help="with --tenant: GPUs the team may borrow from the cohort while others leave them idle")
+    p.add_argument("--cohort", default="gpupipe-pool", help="with --tenant: the Kueue cohort that shares the pool")
     p.set_defaults(func=cmd_manifest)
     return parser
 

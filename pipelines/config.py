@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.contracts.errors import GpupipeError
 from components.contracts.names import STEPS
-from components.contracts.pods import check_quantity
+from components.contracts.pods import Toleration, check_quantity
 from components.contracts.settings import Strict
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
@@ -117,6 +117,18 @@ class ClusterConfig(Strict):
                           "(serving.base stays the local run's)")
     service_account: Optional[str] = Field(
         None, description="service account of the multi-worker training pods (the run's own for the KFP tasks)")
+    queue: Optional[str] = Field(
+        None, description="Kueue LocalQueue that admits the GPU workload (the train pod, or the multi-worker job as "
+                          "one unit): the label kueue.x-k8s.io/queue-name; the other tasks are not queued")
+    priority: Optional[str] = Field(
+        None, description="Kueue WorkloadPriorityClass of the GPU workload (kueue.x-k8s.io/priority-class)")
+    spot_node_selector: Dict[str, str] = Field(
+        default_factory=lambda: {"cloud.google.com/gke-spot": "true"},
+        description="with training.spot: the spot pool's node labels (GKE's by default)")
+    spot_tolerations: List[Toleration] = Field(
+        default_factory=lambda: [Toleration(key="cloud.google.com/gke-spot", operator="Equal", value="true",
+                                            effect="NoSchedule")],
+        description="with training.spot: the spot pool's taints tolerated")
     resources: Dict[str, StepResourcesOverride] = Field(
         default_factory=dict, description="per step (fingerprint, ingest, validate, train, evaluate, push): cpu, "
                                           "cpu_limit, memory, memory_limit, timeout over the defaults in "
@@ -128,6 +140,13 @@ class ClusterConfig(Strict):
         unknown = sorted(set(v) - set(STEPS))
         if unknown:
             raise ValueError(f"unknown step(s) {', '.join(unknown)}; use {', '.join(STEPS)}")
+        return v
+
+    @field_validator("queue", "priority")
+    @classmethod
+    def _object_names(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", v):
+            raise ValueError(f"'{v}' is not a Kubernetes object name (lowercase letters, digits, '-' and '.')")
         return v
 
     @field_validator("gcs_credentials_secret", "image_pull_secrets", "service_account")

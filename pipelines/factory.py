@@ -97,6 +97,8 @@ def apply_pod_shape(task: dsl.PipelineTask, shape: PodShape) -> None:
         kubernetes.empty_dir_mount(task, volume_name=ed.name, mount_path=ed.mount_path, size_limit=ed.size_limit)
     if shape.image_pull_secrets:
         kubernetes.set_image_pull_secrets(task, list(shape.image_pull_secrets))
+    for key, value in sorted(shape.labels.items()):
+        kubernetes.add_pod_label(task, label_key=key, label_value=value)
     kubernetes.set_timeout(task, shape.timeout_seconds)
 
 
@@ -106,7 +108,8 @@ def launch_json(config: PipelineConfig) -> str:
     if t.workers == 1:
         return ""
     return Launch(kind=t.launcher, image=config.train_image, workers=t.workers, namespace=t.job_namespace or "",
-                  shape=pods.training_shape(config), max_restarts=t.retries).model_dump_json()
+                  shape=pods.training_shape(config, queued=False), max_restarts=t.retries,
+                  labels=pods.queue_labels(config)).model_dump_json()
 
 
 def create_pipeline(config: PipelineConfig, local: bool = False):

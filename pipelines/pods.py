@@ -11,6 +11,8 @@ from components.contracts.pods import EmptyDir, PodShape, SecretVolume
 from pipelines.config import PipelineConfig, StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 # Per-step defaults: requests are what the step needs on the example data, limits leave
 # room for larger tables. The cluster.resources section overrides any of them.
@@ -56,9 +58,21 @@ def step_shape(config: PipelineConfig, step: str) -> PodShape:
     return _shape(step_resources(config, step), **_common(config))
 
 
-def training_shape(config: PipelineConfig) -> PodShape:
+def queue_labels(config: PipelineConfig) -> dict:
+    """Kueue's labels for the GPU workload: the LocalQueue and the WorkloadPriorityClass."""
+    labels = {}
+    if config.cluster.queue:
+        labels[QUEUE_LABEL] = config.cluster.queue
+    if config.cluster.priority:
+        labels[PRIORITY_LABEL] = config.cluster.priority
+    return labels
+
+
+def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
     """The pod (or each worker's pod) that trains: training.cpu/memory as request and limit
-    when set, GPUs, node selector, tolerations, and an emptyDir for the disk input cache."""
+    when set, GPUs, node selector, tolerations (the spot pool's too with training.spot),
+    an emptyDir for the disk input cache, and (`queued`: a pod Kueue admits by itself)
+    the queue labels."""
     t = config.training
     resources = step_resources(config, names.TRAIN)
     if t.cpu:
@@ -71,8 +85,13 @@ def training_shape(config: PipelineConfig) -> PodShape:
         empty_dirs.append(EmptyDir(name=names.SCRATCH_VOLUME, mount_path=names.SCRATCH_MOUNT,
                                    size_limit=f"{t.disk_cache_budget_mb}Mi"))
         env[names.SCRATCH_ENV] = names.SCRATCH_MOUNT
-    return _shape(resources, accelerator=t.accelerator, gpus=t.gpus, node_selector=dict(t.node_selector),
-                  tolerations=list(t.tolerations), empty_dirs=empty_dirs, env=env, **common)
+    node_selector, tolerations = dict(t.node_selector), list(t.tolerations)
+    if t.spot:
+        node_selector.update(config.cluster.spot_node_selector)
+        tolerations += [tol for tol in config.cluster.spot_tolerations if tol not in tolerations]
+    return _shape(resources, accelerator=t.accelerator, gpus=t.gpus, node_selector=node_selector,
+                  tolerations=tolerations, empty_dirs=empty_dirs, env=env,
+                  labels=queue_labels(config) if queued else {}, **common)
 
 
 def launcher_shape(config: PipelineConfig) -> PodShape:

@@ -45,6 +45,7 @@ class PodShape(Strict):
     empty_dirs: List[EmptyDir] = Field(default_factory=list)
     image_pull_secrets: List[str] = Field(default_factory=list)
     service_account: Optional[str] = None
+    labels: Dict[str, str] = Field(default_factory=dict, description="pod labels (e.g. Kueue's queue name)")
     timeout_seconds: int = Field(gt=0)
 
     def resources(self) -> dict:
@@ -89,6 +90,13 @@ class PodShape(Strict):
         if restart_policy:
             spec["restartPolicy"] = restart_policy
         return spec
+
+    def pod_template(self, container_name: str, image: str, command: List[str],
+                     extra_env: Optional[Dict[str, str]] = None, restart_policy: Optional[str] = None,
+                     labels: Optional[Dict[str, str]] = None) -> dict:
+        """A core/v1 PodTemplateSpec: the pod spec and this shape's labels (with `labels`)."""
+        return {"metadata": {"labels": {**self.labels, **(labels or {})}},
+                "spec": self.pod_spec(container_name, image, command, extra_env, restart_policy)}
 
 
 # Kubernetes resource quantities (apimachinery's resource.Quantity), e.g. 500m, 2, 1.5, 4Gi, 8G.

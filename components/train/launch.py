@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import List, Literal, Optional
+from typing import Dict, List, Literal, Optional
 
 from pydantic import Field
 
@@ -43,6 +43,7 @@ class Launch(Strict):
     namespace: str = Field("", description="\"\": the train task's own namespace")
     shape: PodShape
     max_restarts: int = Field(3, ge=0, description="whole-job restarts (a preempted worker exits 143)")
+    labels: Dict[str, str] = Field(default_factory=dict, description="the job's labels: Kueue queues it as one unit")
 
 
 def worker_hosts(name: str, workers: int) -> List[str]:
@@ -73,24 +74,25 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
                  owners: Optional[list] = None) -> dict:
     """The JobSet or TFJob running `command` on `launch.workers` pods of `launch.shape`."""
     group, version, _, kind = API[launch.kind]
-    metadata = {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}
+    metadata = {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **launch.labels}}
     if owners:
         metadata["ownerReferences"] = owners
     env = {"TF_USE_LEGACY_KERAS": "1"}
     if launch.kind == "tfjob":
         # The training-operator injects TF_CONFIG and looks for the container "tensorflow".
-        pod = launch.shape.pod_spec("tensorflow", launch.image, command, env)
-        pod["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
+        template = launch.shape.pod_template("tensorflow", launch.image, command, env, labels=MANAGED_BY)
+        template["spec"]["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
         spec = {
             "runPolicy": {"backoffLimit": launch.max_restarts, "cleanPodPolicy": "Running",
                           "activeDeadlineSeconds": launch.shape.timeout_seconds},
             "tfReplicaSpecs": {"Worker": {"replicas": launch.workers, "restartPolicy": "ExitCode",
-                                          "template": {"metadata": {"labels": dict(MANAGED_BY)}, "spec": pod}}},
+                                          "template": template}},
         }
     else:
         env[WORKERS_ENV] = ",".join(worker_hosts(name, launch.workers))
-        pod = launch.shape.pod_spec("trainer", launch.image, command, env, restart_policy="Never")
-        pod["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
+        template = launch.shape.pod_template("trainer", launch.image, command, env, restart_policy="Never",
+                                             labels=MANAGED_BY)
+        template["spec"]["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
         spec = {
             # Any failed worker fails its Job; the JobSet then restarts every worker together
             # (MultiWorkerMirroredStrategy needs all of them), and they resume from the backup.
@@ -100,7 +102,7 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
             "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": {
                 "parallelism": launch.workers, "completions": launch.workers, "completionMode": "Indexed",
                 "backoffLimit": 0, "activeDeadlineSeconds": launch.shape.timeout_seconds,
-                "template": {"metadata": {"labels": dict(MANAGED_BY)}, "spec": pod}}}}],
+                "template": template}}}],
         }
     return {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "spec": spec}
 

@@ -26,8 +26,19 @@ from components.train.settings import TrainSettings
 REPORT_MD = "report.md"
 
 
-def make_optimizer(name: str, learning_rate: float):
-    """tf_keras optimizers by config name."""
+def learning_rate_schedule(rate: float, schedule, total_steps: int):
+    """The rate itself, or a tf_keras LearningRateSchedule: linear warmup to `rate`, then
+    cosine or step decay (components.train.settings.LearningRateSchedule)."""
+    if schedule is None:
+        return rate
+    from components.train.runtime import WarmupThenDecay
+
+    return WarmupThenDecay(rate, schedule.warmup_steps, schedule.decay, max(1, total_steps - schedule.warmup_steps),
+                           schedule.alpha, schedule.every_steps, schedule.factor)
+
+
+def make_optimizer(name: str, learning_rate):
+    """tf_keras optimizers by config name (a rate or a LearningRateSchedule)."""
     import tf_keras
 
     optimizers = {"adam": tf_keras.optimizers.Adam, "adagrad": tf_keras.optimizers.Adagrad,
@@ -89,7 +100,8 @@ def input_cache_directory(cache: str, scratch_dir: str):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float):
+def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
+                  steps_per_epoch: int = 1):
     """The configured family (or the custom builder) under the strategy, compiled with the
     task's loss and metric."""
     import tf_keras
@@ -99,6 +111,8 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     with strategy.scope():
         builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
         model = builder(specs, settings)
+        learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
+                                               settings.epochs * steps_per_epoch)
         if settings.task == "regression":
             loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
         else:
@@ -163,7 +177,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
                                seed=s.seed, repeat=True, cache=cache, cache_dir=cache_dir,
                                shuffle_buffer=s.shuffle_buffer)
-        model = compile_model(specs, s, strategy, learning_rate)
+        model = compile_model(specs, s, strategy, learning_rate, steps_per_epoch)
 
         tf_config = os.environ.get("TF_CONFIG")
         chief = is_chief(tf_config)
@@ -180,7 +194,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
                 monitor=stop.metric, mode="max" if stop.metric == "accuracy" else "min", patience=stop.patience,
                 min_delta=stop.min_delta, restore_best_weights=True, verbose=1))
         if log_dir and chief:
-            callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch"))
+            callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch",
+                                                            profile_batch=tuple(s.profile_steps or (0, 0))))
 
         started = time.perf_counter()
         if guard:
@@ -219,6 +234,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "optimizer_steps": int(model.optimizer.iterations.numpy()),
             "train_function_traces": traces(model.train_function),
             "resumed_from_step": resume.resumed_from,
+            "preemptions": backup.history["preemptions"] if backup else 0,
+            "resumes": backup.history["resumes"] if backup else 0,
             "first_epoch_seconds": round(first_epoch, 3) if first_epoch is not None else None,
             "steady_epoch_seconds": round(steady_epoch, 3) if steady_epoch is not None else None,
             "step_seconds_p50": p50,

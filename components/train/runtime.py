@@ -41,6 +41,40 @@ def graph_code_without_autograph() -> None:
         autograph_config.CONVERSION_RULES = tuple(config_lib.DoNotConvert(m) for m in own) + rules
 
 
+@tf_keras.saving.register_keras_serializable(package="gpupipe")
+class WarmupThenDecay(tf_keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `rate` over `warmup_steps`, then `decay` over the steps after
+    it: "cosine" to alpha x rate at `decay_steps`, "step" x factor every `every_steps`, or
+    "none"."""
+
+    def __init__(self, rate: float, warmup_steps: int, decay: str, decay_steps: int, alpha: float = 0.0,
+                 every_steps: int = 1000, factor: float = 0.5):
+        super().__init__()
+        self.rate, self.warmup_steps, self.decay, self.decay_steps = rate, warmup_steps, decay, decay_steps
+        self.alpha, self.every_steps, self.factor = alpha, every_steps, factor
+
+    def __call__(self, step):
+        import math
+
+        step = tf.cast(step, tf.float32)
+        after = tf.maximum(step - self.warmup_steps, 0.0)
+        if self.decay == "cosine":
+            progress = tf.minimum(after / self.decay_steps, 1.0)
+            decayed = self.rate * ((1 - self.alpha) * 0.5 * (1 + tf.cos(math.pi * progress)) + self.alpha)
+        elif self.decay == "step":
+            decayed = self.rate * tf.pow(self.factor, tf.floor(after / self.every_steps))
+        else:
+            decayed = tf.constant(self.rate, tf.float32)
+        if not self.warmup_steps:
+            return decayed
+        return tf.where(step < self.warmup_steps, self.rate * step / self.warmup_steps, decayed)
+
+    def get_config(self):
+        return {"rate": self.rate, "warmup_steps": self.warmup_steps, "decay": self.decay,
+                "decay_steps": self.decay_steps, "alpha": self.alpha, "every_steps": self.every_steps,
+                "factor": self.factor}
+
+
 class Preempted(Exception):
     """Raised after a SIGTERM-triggered checkpoint; the entry point exits with 143."""
 
@@ -148,6 +182,7 @@ class PreemptionGuard(tf_keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.preempted and self._anyone_requested(batch):
+            self.backup.count("preemptions")
             self.backup._backup(epoch=self._epoch, batch=batch)
             self.preempted = True
             self.model.stop_training = True
@@ -163,6 +198,7 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
     starts by fetching it. Where `home` is local it is the directory itself."""
 
     INDEX = "checkpoint"
+    HISTORY = "gpupipe-preemptions.json"  # beside the checkpoints: preemptions and resumes so far
 
     def __init__(self, home: str, scratch: str, save_freq: int, chief: bool):
         from components.contracts.storage import download_prefix, is_gcs
@@ -174,6 +210,25 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
             fetched = download_prefix(home, local)
             print(f"backup: {home} ({fetched} file(s) fetched) mirrored in {local}", flush=True)
         super().__init__(local, save_freq=save_freq, delete_checkpoint=False)
+        path = os.path.join(local, self.HISTORY)
+        self.history = {"preemptions": 0, "resumes": 0}
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                self.history.update(json.load(f))
+
+    def count(self, event: str) -> None:
+        """Adds a preemption or a resume to the history kept with the checkpoints (written
+        by the chief; it travels with the next backup)."""
+        self.history[event] += 1
+        if self.chief:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            with open(os.path.join(self.backup_dir, self.HISTORY), "w", encoding="utf-8") as f:
+                json.dump(self.history, f)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # restores the newest checkpoint, if any
+        if int(self.model.optimizer.iterations.numpy()):
+            self.count("resumes")
 
     def _backup(self, epoch, batch=0):
         super()._backup(epoch=epoch, batch=batch)

@@ -3,12 +3,16 @@ pods that train)."""
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Literal, Optional
+from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field, field_validator, model_validator
 
 from components.contracts.pods import Toleration, check_quantity
 from components.contracts.settings import Strict
+
+
+SPOT_CHECKPOINT_STEPS = 50
+SPOT_RETRIES = 5
 
 
 class EarlyStopping(Strict):
@@ -18,6 +22,18 @@ class EarlyStopping(Strict):
     metric: Literal["loss", "accuracy", "rmse"] = Field("loss", description="a metric the trainer reports per epoch")
     patience: int = Field(3, ge=1, description="epochs without an improvement of at least min_delta")
     min_delta: float = Field(0.0, ge=0)
+
+
+class LearningRateSchedule(Strict):
+    """A linear warmup from 0 to the learning rate over `warmup_steps`, then `decay`: none,
+    cosine (to alpha x the rate over the remaining steps of training) or step (x factor
+    every `every_steps`)."""
+
+    warmup_steps: int = Field(0, ge=0)
+    decay: Literal["none", "cosine", "step"] = "cosine"
+    alpha: float = Field(0.0, ge=0, le=1, description="cosine: the final rate as a fraction of the initial one")
+    every_steps: int = Field(1000, ge=1, description="step: steps between two decays")
+    factor: float = Field(0.5, gt=0, le=1, description="step: the rate is multiplied by this at each decay")
 
 
 class TrainSettings(Strict):
@@ -61,6 +77,9 @@ class TrainSettings(Strict):
     gpu_hour_price: float = Field(0.0, ge=0, description="price of one GPU-hour, for the cost in the training report")
     seed: int = 42
     early_stopping: Optional[EarlyStopping] = Field(None, description="unset: train every epoch")
+    lr_schedule: Optional[LearningRateSchedule] = Field(None, description="unset: a constant learning rate")
+    profile_steps: Optional[Tuple[int, int]] = Field(
+        None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")
     # The pods that train (pipelines/pods.py turns these into a PodShape).
     retries: int = Field(2, ge=0, description="KFP retries of the train task (preemption exits 143)")
     retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
@@ -78,6 +97,20 @@ class TrainSettings(Strict):
     tolerations: List[Toleration] = Field(default_factory=list)
     job_namespace: Optional[str] = Field(None, description="namespace of the multi-worker job (default: the train "
                                                            "task's own)")
+
+    spot: bool = Field(False, description="train on the spot pool (cluster.spot_node_selector and spot_tolerations): "
+                                          "checkpoint_steps at most 50 and retries at least 5, since spot nodes go "
+                                          "away with short notice")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spot_checkpoints_often_and_retries_more(cls, data):
+        if isinstance(data, dict) and data.get("spot"):
+            fields = cls.model_fields
+            steps = data.get("checkpoint_steps", fields["checkpoint_steps"].default)
+            retries = data.get("retries", fields["retries"].default)
+            data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS), "retries": max(retries, SPOT_RETRIES)}
+        return data
 
     @field_validator("hidden_units")
     @classmethod

@@ -122,6 +122,7 @@ def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     resumed = report(tmp_path / "report")
     assert resumed["resumed_from_step"] > 0
+    assert (resumed["preemptions"], resumed["resumes"]) == (0, 1)  # SIGKILL: no notice, so no preemption counted
     assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
     assert resumed["optimizer_steps"] == uninterrupted["optimizer_steps"] == 120 * 9
     assert (tmp_path / "model" / "saved_model.pb").is_file()
@@ -163,6 +164,8 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         resumed = report(tmp_path / "report")
         assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
         assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
+        # The preemption travelled with the checkpoint to the pod that resumed.
+        assert (resumed["preemptions"], resumed["resumes"]) == (1, 1)
         assert not [b.name for b in gcs_client().list_blobs(bucket)], "the backup outlived the whole model"
 
 

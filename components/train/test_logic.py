@@ -139,3 +139,32 @@ def test_early_stopping_ends_training_when_the_metric_stops_improving(tmp_path, 
     assert report["epochs"] == 50 and report["epochs_run"] == 3
     assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
     assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
+
+
+@pytest.mark.parametrize("decay, expected", [
+    # rate 0.1, 10 warmup steps, then 100 steps of decay
+    ("cosine", {0: 0.0, 5: 0.05, 10: 0.1, 60: 0.01 + 0.09 * 0.5 * (1 + np.cos(np.pi * 0.5)), 110: 0.01, 500: 0.01}),
+    ("step", {0: 0.0, 5: 0.05, 10: 0.1, 39: 0.1, 40: 0.05, 70: 0.025}),
+    ("none", {5: 0.05, 10: 0.1, 500: 0.1}),
+])
+def test_the_learning_rate_schedule_follows_its_formula(decay, expected):
+    from components.train.logic import learning_rate_schedule
+    from components.train.settings import LearningRateSchedule
+
+    schedule = learning_rate_schedule(0.1, LearningRateSchedule(warmup_steps=10, decay=decay, alpha=0.1,
+                                                                every_steps=30, factor=0.5), total_steps=110)
+    for step, rate in expected.items():
+        assert float(schedule(step)) == pytest.approx(rate, rel=1e-5, abs=1e-7), step
+
+
+def test_a_scheduled_and_profiled_run_trains_and_writes_a_trace_under_the_tensorboard_logs(
+        tmp_path, penguin_examples, penguin_validation):
+    from components.train.logic import train_model
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    settings = penguin_settings(epochs=3, lr_schedule={"warmup_steps": 5, "decay": "cosine"}, profile_steps=(2, 4))
+    report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
+                         settings, log_dir=str(tmp_path / "tensorboard"))
+    assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
+    traces = list((tmp_path / "tensorboard").glob("plugins/profile/*/*.xplane.pb"))
+    assert traces and traces[0].stat().st_size > 0
