@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
@@ -162,13 +163,41 @@ def cmd_upload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_params(config: PipelineConfig, given: List[str]) -> dict:
+    """--param NAME=VALUE pairs, typed like the pipeline parameter's default."""
+    from pipelines.factory import run_parameters
+
+    defaults = run_parameters(config, local=False)
+    params = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or name not in defaults:
+            raise GpupipeError(f"--param {item}: give NAME=VALUE with NAME one of {', '.join(defaults)}")
+        kind = type(defaults[name])
+        try:
+            params[name] = kind(value)
+        except ValueError:
+            raise GpupipeError(f"--param {item}: {name} takes a {kind.__name__}, e.g. {name}={defaults[name]}") from None
+    return params
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    from pipelines.remote import git_sha, submit
+    from pipelines.remote import check_host, failed_task, git_sha, run_url, submit, watch_run
 
     config = load_config(args.config)
-    uploaded, run = submit(_client(args), config, compile_to_text(config), git_sha(), args.experiment)
+    params = _run_params(config, args.param)
+    client = _client(args)
+    uploaded, run = submit(client, config, compile_to_text(config), git_sha(), args.experiment, params)
     print(f"started run {run.run_id} of {config.name} version {uploaded.version_name} in experiment {args.experiment}")
-    return 0
+    print(f"  {run_url(check_host(args.host), run.run_id)}")
+    if not args.watch:
+        return 0
+    final = watch_run(client, run.run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True))
+    if final.state == "SUCCEEDED":
+        return 0
+    where = failed_task(final)
+    print(f"error: run {run.run_id} {final.state}" + (f" at {where}" if where else ""), file=sys.stderr)
+    return 1
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -202,7 +231,10 @@ def _kfp_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pipelines.version import __version__
+
     parser = argparse.ArgumentParser(prog="gpupipe", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gpupipe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compile", help="compile configs to KFP pipeline YAML under pipelines/compiled/")
@@ -241,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     _kfp_args(p)
     p.add_argument("--experiment", default="gpupipe")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a run parameter (data_source, epochs, learning_rate, eval_threshold, serving_base); repeat")
+    p.add_argument("--watch", action="store_true",
+                   help="follow the run to its end: exit 0 when it succeeded, 1 naming the failed task otherwise")
+    p.add_argument("--poll", type=float, default=15.0, help="with --watch: seconds between two looks")
+    p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="with --watch: give up after this many seconds")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one)")
@@ -279,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    # Libraries' notices about their own future (kfp, google-api-core) are not the user's
+    # business on the terminal; errors the user can cause are one line each.
+    warnings.filterwarnings("ignore", category=FutureWarning)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

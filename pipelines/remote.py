@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -18,7 +19,11 @@ from pipelines.config import PipelineConfig
 from pipelines.version import __version__
 
 TOKEN_ENV = "KFP_TOKEN"
-_CRON_FIELD = re.compile(r"^[\d*/,\-?LW#A-Za-z]+$")
+DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
+# KFP's six cron fields: (name, lowest, highest, names allowed)
+_CRON_FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
+                ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")),
+                ("day of week", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")))
 
 
 def git_sha(cwd: str = ".") -> str:
@@ -40,15 +45,51 @@ def version_name(sha: str) -> str:
     return f"v{__version__}-{sha}"
 
 
+def _cron_field_problem(text: str, name: str, low: int, high: int, words: tuple) -> str:
+    """Why one cron field is invalid ("" when it is valid): *, ?, values, ranges, steps, lists."""
+    if text in ("*", "?") and (text == "*" or name.startswith("day")):
+        return ""
+    for part in text.split(","):
+        body, _, step = part.partition("/")
+        if step and (not step.isdigit() or int(step) == 0):
+            return f"step '{step}' in the {name} field is not a positive number"
+        if body == "*" and step:
+            continue
+        for value in body.split("-", 1):
+            value = value.upper()
+            number = low + words.index(value) if value in words else None
+            if number is None:
+                if not value.isdigit():
+                    return f"'{value}' in the {name} field is not a number" + (
+                        f" or one of {', '.join(words)}" if words else "")
+                number = int(value)
+            if not low <= number <= high:
+                return f"{number} is outside {low}-{high} in the {name} field"
+    return ""
+
+
 def kfp_cron(expression: str) -> str:
-    """KFP's cron has six fields (seconds first); a five-field Unix cron gets "0" seconds."""
+    """KFP's cron has six fields (seconds first); a five-field Unix cron gets "0" seconds.
+    Each field is checked against its range, and the reason is the error."""
     fields = expression.split()
     if len(fields) == 5:
         fields = ["0", *fields]
-    if len(fields) != 6 or not all(_CRON_FIELD.match(f) for f in fields):
+    if len(fields) != 6:
         raise GpupipeError(f"--cron '{expression}': not a cron expression; use five fields like '0 3 * * *' "
                            "(03:00 daily) or six with seconds first")
+    for text, (name, low, high, words) in zip(fields, _CRON_FIELDS):
+        problem = _cron_field_problem(text, name, low, high, words)
+        if problem:
+            raise GpupipeError(f"--cron '{expression}': {problem}; e.g. '0 3 * * *' is 03:00 daily")
     return " ".join(fields)
+
+
+def check_host(host: str) -> str:
+    """The KFP API URL with its scheme, or a one-line error."""
+    if not re.match(r"^https?://[^/\s]+", host):
+        raise GpupipeError(f"--host '{host}': give the KFP API's URL with its scheme, e.g. "
+                           "https://kubeflow.example.com/pipeline")
+    return host.rstrip("/")
 
 
 def check_reachable(host: str, timeout: float = 10.0) -> None:
@@ -75,6 +116,7 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
 def connect(host: str, namespace: Optional[str] = None):
     import kfp
 
+    host = check_host(host)
     check_reachable(host)
     return kfp.Client(host=host, namespace=namespace, existing_token=os.environ.get(TOKEN_ENV))
 
@@ -126,24 +168,62 @@ def schedule_name(config: PipelineConfig) -> str:
 
 def schedule(client, config: PipelineConfig, package_text: str, sha: str, experiment: str, cron: str,
              max_concurrency: int = 1, catchup: bool = True):
-    """Creates the recurring run, replacing any earlier one of the same name (KFP cannot
-    update a recurring run in place). Returns (UploadedVersion, new recurring run, ids deleted)."""
+    """Creates the recurring run, then retires any earlier one of the same name (KFP cannot
+    update a recurring run in place): a failed create leaves the old schedule running.
+    Returns (UploadedVersion, new recurring run, ids deleted)."""
     cron6 = kfp_cron(cron)
     uploaded = upload_version(client, config, package_text, version_name(sha))
     exp = client.create_experiment(experiment)
     name = schedule_name(config)
     existing = client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100,
                                           filter=_by_name(name)).recurring_runs or []
+    try:
+        job = client.create_recurring_run(
+            experiment_id=exp.experiment_id, job_name=name, description=f"gpupipe {uploaded.version_name}",
+            cron_expression=cron6, max_concurrency=max_concurrency, no_catchup=not catchup,
+            pipeline_id=uploaded.pipeline_id, version_id=uploaded.version_id, enabled=True)
+    except Exception as err:  # the KFP client raises its ApiException; keep the old schedule
+        reason = getattr(err, "reason", None) or str(err).splitlines()[0]
+        kept = f"; {len(existing)} earlier schedule(s) left running" if existing else ""
+        raise GpupipeError(f"schedule {name}: KFP refused to create it ({reason}){kept}") from None
     deleted: List[str] = []
     for old in existing:
-        if old.display_name == name:
+        if old.display_name == name and old.recurring_run_id != job.recurring_run_id:
             client.delete_recurring_run(old.recurring_run_id)
             deleted.append(old.recurring_run_id)
-    job = client.create_recurring_run(
-        experiment_id=exp.experiment_id, job_name=name, description=f"gpupipe {uploaded.version_name}",
-        cron_expression=cron6, max_concurrency=max_concurrency, no_catchup=not catchup,
-        pipeline_id=uploaded.pipeline_id, version_id=uploaded.version_id, enabled=True)
     return uploaded, job, deleted
+
+
+def run_url(host: str, run_id: str) -> str:
+    """The run's page in the Kubeflow Pipelines UI."""
+    return f"{host.rstrip('/')}/#/runs/details/{run_id}"
+
+
+def failed_task(run) -> str:
+    """'<task>: <message>' of the first failed task of a run, else the run's own error."""
+    for task in (getattr(run.run_details, "task_details", None) or []):
+        if task.state == "FAILED":
+            message = getattr(task.error, "message", "") if task.error else ""
+            return f"{task.display_name}: {message}".rstrip(": ")
+    return getattr(run.error, "message", "") if run.error else ""
+
+
+def watch_run(client, run_id: str, poll_seconds: float = 10.0, timeout_seconds: float = 7 * 24 * 3600,
+              report=print):
+    """Follows a run to its end, reporting each change of state; returns the final run."""
+    deadline = time.monotonic() + timeout_seconds
+    last = None
+    while True:
+        run = client.get_run(run_id)
+        if run.state != last:
+            report(f"run {run_id}: {run.state}")
+            last = run.state
+        if run.state in DONE:
+            return run
+        if time.monotonic() > deadline:
+            raise GpupipeError(f"--watch: run {run_id} still {run.state} after {timeout_seconds:.0f}s; follow it "
+                               "in the UI or raise --timeout")
+        time.sleep(poll_seconds)
 
 
 def recent_runs(client, limit: int = 10, experiment: Optional[str] = None) -> List[dict]:

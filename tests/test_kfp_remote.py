@@ -83,3 +83,69 @@ def test_bad_cron_and_unreachable_host_are_one_line():
     out = gpupipe("submit", "configs/penguins.yaml", "--host", "http://127.0.0.1:9")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "error: --host http://127.0.0.1:9: cannot reach the KFP API" in out.stderr
+
+
+def test_submit_watch_follows_a_run_that_succeeds_with_typed_parameters(kfp_api):
+    kfp_api.state.run_states = [("PENDING", None, None), ("RUNNING", None, None), ("SUCCEEDED", None, None)]
+    out = gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url, "--watch", "--poll", "0.05",
+                  "--param", "epochs=3", "--param", "data_source=gs://b/new.csv")
+    assert out.returncode == 0, out.stderr
+    (run,) = kfp_api.state.runs.values()
+    assert run["runtime_config"]["parameters"] == {"epochs": 3, "data_source": "gs://b/new.csv"}
+    assert f"  {kfp_api.url}/#/runs/details/{run['run_id']}" in out.stdout.splitlines()
+    assert [line.split(": ")[1] for line in out.stdout.splitlines() if line.startswith("  run ")] == [
+        "PENDING", "RUNNING", "SUCCEEDED"]
+
+
+def test_submit_watch_of_a_failed_run_exits_1_naming_the_task(kfp_api):
+    kfp_api.state.run_states = [("RUNNING", None, None),
+                                ("FAILED", "Validate data (TFDV)", "data validation found 1 anomaly")]
+    out = gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url, "--watch", "--poll", "0.05")
+    assert out.returncode == 1
+    run_id = next(iter(kfp_api.state.runs))
+    assert out.stderr.strip().splitlines() == [
+        f"error: run {run_id} FAILED at Validate data (TFDV): data validation found 1 anomaly"]
+
+
+@pytest.mark.parametrize("param, message", [
+    ("epochs=three", "error: --param epochs=three: epochs takes a int, e.g. epochs=40"),
+    ("batch=3", "error: --param batch=3: give NAME=VALUE with NAME one of data_source, epochs, eval_threshold, "
+                "serving_base, learning_rate"),
+])
+def test_a_bad_run_parameter_is_one_line_before_anything_is_uploaded(kfp_api, param, message):
+    out = gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url, "--param", param)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [message]
+    assert not kfp_api.state.requests
+
+
+def test_a_failed_schedule_create_keeps_the_old_schedule(kfp_api):
+    assert gpupipe("schedule", "configs/penguins.yaml", "--host", kfp_api.url, "--cron", "0 3 * * *").returncode == 0
+    (old,) = kfp_api.state.recurring_runs
+    kfp_api.state.fail_next_recurring_create = True
+    out = gpupipe("schedule", "configs/penguins.yaml", "--host", kfp_api.url, "--cron", "30 4 * * 1")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "KFP refused to create it" in out.stderr and "1 earlier schedule(s) left running" in out.stderr
+    assert list(kfp_api.state.recurring_runs) == [old]  # still there, still on its old cron
+    assert not [r for r in kfp_api.state.requests if r.method == "DELETE"]
+
+
+@pytest.mark.parametrize("cron, reason", [
+    ("61 3 * * *", "61 is outside 0-59 in the minute field"),
+    ("0 24 * * *", "24 is outside 0-23 in the hour field"),
+    ("0 3 * 13 *", "13 is outside 1-12 in the month field"),
+    ("0 3 * * 7", "7 is outside 0-6 in the day of week field"),
+    ("*/0 3 * * *", "step '0' in the minute field is not a positive number"),
+])
+def test_cron_fields_are_checked_against_their_ranges(cron, reason):
+    out = gpupipe("schedule", "configs/penguins.yaml", "--host", "http://127.0.0.1:9", "--cron", cron)
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"error: --cron '{cron}': {reason}; e.g. '0 3 * * *' is 03:00 daily"
+
+
+def test_a_host_without_scheme_and_the_version():
+    out = gpupipe("runs", "--host", "kubeflow.example.com/pipeline")
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "error: --host 'kubeflow.example.com/pipeline': give the KFP API's URL with its scheme, e.g. "
+        "https://kubeflow.example.com/pipeline")
+    version = gpupipe("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "gpupipe 0.1.0"
