@@ -1,5 +1,7 @@
 """Steps one after another without kfp, where a test needs more than one step's logic:
-ingest, validate, train and evaluate on a regression task."""
+ingest, validate, train and evaluate on a regression task, and evaluate's metrics cross-checked
+against scikit-learn on real models."""
+import numpy as np
 import pytest
 
 from components.contracts.settings import Columns
@@ -27,3 +29,54 @@ def test_regression_task_trains_and_serves_predictions(tmp_path, penguins_csv):
     assert evaluation.classes == [] and evaluation.metrics["rmse"] < 600  # body mass sd is about 800 g
 
 
+
+
+def _predictions(model_dir: str, examples_dir: str, label: str):
+    """The SavedModel's own class probabilities and the eval labels, read here without
+    gpupipe's evaluate: the independent side of the cross-check."""
+    import tensorflow as tf
+
+    from components.contracts.examples import split_files
+
+    serve = tf.saved_model.load(model_dir).signatures["serving_examples"]
+    probs, labels = [], []
+    for batch in tf.data.TFRecordDataset(split_files(examples_dir, "eval"), compression_type="GZIP").batch(64):
+        probs.append(serve(examples=batch)["probabilities"].numpy())
+        parsed = tf.io.parse_example(batch, {label: tf.io.FixedLenFeature([], tf.string)})
+        labels += [v.decode() for v in parsed[label].numpy()]
+    return np.concatenate(probs), labels
+
+
+def test_evaluate_metrics_match_scikit_learn_on_a_real_model(tmp_path, penguins_csv, penguin_model,
+                                                             penguin_examples):
+    """Multiclass (species) and binary (sex) models: evaluate's metrics equal scikit-learn's
+    on the same predictions, computed from the SavedModel and the shards directly."""
+    from sklearn import metrics as sk
+
+    evaluation = score_model(penguin_model, penguin_examples)
+    probs, labels = _predictions(penguin_model, penguin_examples, "species")
+    y = np.array([evaluation.classes.index(v) for v in labels])
+    m = evaluation.metrics
+    assert m["accuracy"] == pytest.approx(sk.accuracy_score(y, probs.argmax(axis=1)))
+    assert m["log_loss"] == pytest.approx(sk.log_loss(y, probs, labels=[0, 1, 2]), rel=1e-6)
+    recall = sk.recall_score(y, probs.argmax(axis=1), average=None, labels=[0, 1, 2], zero_division=0)
+    assert [m[f"recall/{c}"] for c in evaluation.classes] == pytest.approx(list(recall))
+    assert evaluation.confusion_matrix == sk.confusion_matrix(y, probs.argmax(axis=1)).tolist()
+
+    ex = str(tmp_path / "ex")
+    ingest_data(str(penguins_csv), ex, "sex", ["bill_length_mm", "bill_depth_mm", "body_mass_g"], ["species"])
+    run_validation(ex, "sex", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"), str(tmp_path / "r.html"))
+    columns = Columns(label="sex", numeric_features=["bill_length_mm", "bill_depth_mm", "body_mass_g"],
+                      categorical_features=["species"])
+    train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), columns, penguin_settings(task="binary", epochs=20))
+    binary = score_model(str(tmp_path / "m"), ex)
+    probs, labels = _predictions(str(tmp_path / "m"), ex, "sex")
+    y = np.array([binary.classes.index(v) for v in labels])
+    score = probs[:, 1]
+    b = binary.metrics
+    assert b["auc"] == pytest.approx(sk.roc_auc_score(y, score)) and b["auc"] > 0.8
+    assert b["pr_auc"] == pytest.approx(sk.average_precision_score(y, score))
+    assert b["log_loss"] == pytest.approx(sk.log_loss(y, score), rel=1e-6)
+    fpr, tpr, _ = sk.roc_curve(y, score)
+    assert binary.roc["fpr"][-1] == 1.0 and binary.roc["tpr"][-1] == 1.0
+    assert len(binary.roc["fpr"]) == min(len(fpr), 201)

@@ -1,94 +1,86 @@
-"""Evaluation metrics by task, on numpy arrays (no TensorFlow, no kfp).
+"""Evaluation metrics by task, on numpy arrays (no TensorFlow, no kfp), computed by
+scikit-learn.
 
 multiclass: accuracy, log loss, per-class precision/recall, confusion matrix;
 binary: AUC, PR-AUC (average precision), accuracy, log loss, calibration;
 regression: RMSE, MAE.
+
+A label unseen in training (index -1) counts as a wrong prediction for accuracy and is
+left out of the metrics that need a class (log loss, precision, recall, the confusion
+matrix, the binary metrics).
 """
 from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
 import numpy as np
+from sklearn import metrics as sk
 
 # Metrics where smaller is better; every other metric is higher-is-better.
 LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae", "calibration_error"})
-_EPS = 1e-7
+ROC_POINTS = 201  # at most this many points of the ROC curve go to the Kubeflow UI
 
 
 def confusion_matrix(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
     """Rows: true class, columns: predicted class. Labels < 0 (unseen in training) are left out."""
     known = y >= 0
-    return np.bincount(y[known] * n_classes + pred[known], minlength=n_classes * n_classes).reshape(n_classes, n_classes)
+    return sk.confusion_matrix(y[known], pred[known], labels=list(range(n_classes)))
 
 
 def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str]) -> Dict[str, float]:
     pred = p.argmax(axis=1)
     known = y >= 0
-    cm = confusion_matrix(y, pred, len(classes))
+    labels = list(range(len(classes)))
     metrics = {
-        "accuracy": float(np.mean(pred == y)) if len(y) else float("nan"),
-        "log_loss": float(-np.mean(np.log(np.clip(p[known, y[known]], _EPS, 1.0)))) if known.any() else float("nan"),
+        "accuracy": float(sk.accuracy_score(y, pred)) if len(y) else float("nan"),
+        "log_loss": float(sk.log_loss(y[known], p[known], labels=labels)) if known.any() else float("nan"),
     }
+    precision = sk.precision_score(y[known], pred[known], labels=labels, average=None, zero_division=0)
+    recall = sk.recall_score(y[known], pred[known], labels=labels, average=None, zero_division=0)
     for i, c in enumerate(classes):
-        tp, predicted, actual = cm[i, i], cm[:, i].sum(), cm[i, :].sum()
-        metrics[f"precision/{c}"] = float(tp / predicted) if predicted else 0.0
-        metrics[f"recall/{c}"] = float(tp / actual) if actual else 0.0
+        metrics[f"precision/{c}"] = float(precision[i])
+        metrics[f"recall/{c}"] = float(recall[i])
     return metrics
 
 
 def roc_auc(y: np.ndarray, score: np.ndarray) -> float:
-    """Area under the ROC curve (the Mann-Whitney statistic; ties count one half)."""
-    pos, neg = int(y.sum()), int(len(y) - y.sum())
-    if pos == 0 or neg == 0:
-        return float("nan")
-    order = np.argsort(score, kind="mergesort")
-    ranks = np.empty(len(score))
-    sorted_scores = score[order]
-    # average ranks over ties
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    avg = first + (counts - 1) / 2.0 + 1
-    ranks[order] = np.repeat(avg, counts)
-    return float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+    """Area under the ROC curve; nan when one class is absent."""
+    return float(sk.roc_auc_score(y, score)) if 0 < y.sum() < len(y) else float("nan")
 
 
 def average_precision(y: np.ndarray, score: np.ndarray) -> float:
-    """PR-AUC as average precision: the mean of precision at each positive's rank."""
-    if y.sum() == 0:
-        return float("nan")
-    order = np.argsort(-score, kind="mergesort")
-    hits = y[order]
-    precision_at = np.cumsum(hits) / np.arange(1, len(hits) + 1)
-    return float(precision_at[hits == 1].mean())
+    """PR-AUC as average precision (ties at one threshold count together); nan without positives."""
+    return float(sk.average_precision_score(y, score)) if y.sum() else float("nan")
 
 
-def roc_curve(y: np.ndarray, score: np.ndarray, points: int = 21) -> Tuple[List[float], List[float], List[float]]:
-    """(fpr, tpr, thresholds) at evenly spaced thresholds, for KFP's ClassificationMetrics."""
-    thresholds = np.linspace(1.0, 0.0, points)
-    pos, neg = max(int(y.sum()), 1), max(int(len(y) - y.sum()), 1)
-    tpr = [float(((score >= t) & (y == 1)).sum() / pos) for t in thresholds]
-    fpr = [float(((score >= t) & (y == 0)).sum() / neg) for t in thresholds]
-    return fpr, tpr, [float(t) for t in thresholds]
+def roc_curve(y: np.ndarray, score: np.ndarray) -> Tuple[List[float], List[float], List[float]]:
+    """(fpr, tpr, thresholds) at the scores' own thresholds (at most ROC_POINTS of them, evenly
+    picked), for KFP's ClassificationMetrics. The first threshold is 1.0 (nothing positive)."""
+    fpr, tpr, thresholds = sk.roc_curve(y, score)
+    thresholds = np.minimum(thresholds, 1.0)  # scikit-learn's first threshold is +inf
+    if len(fpr) > ROC_POINTS:
+        keep = np.unique(np.linspace(0, len(fpr) - 1, ROC_POINTS).round().astype(int))
+        fpr, tpr, thresholds = fpr[keep], tpr[keep], thresholds[keep]
+    return [float(v) for v in fpr], [float(v) for v in tpr], [float(v) for v in thresholds]
 
 
 def binary_metrics(y: np.ndarray, score: np.ndarray, bins: int = 10) -> Dict[str, float]:
     """`score` is the positive class probability; `y` is 0/1."""
-    p = np.clip(score, _EPS, 1 - _EPS)
     edges = np.minimum((score * bins).astype(int), bins - 1)
     ece = sum(abs(score[edges == b].mean() - y[edges == b].mean()) * (edges == b).mean()
               for b in range(bins) if (edges == b).any())
     return {
         "auc": roc_auc(y, score),
         "pr_auc": average_precision(y, score),
-        "accuracy": float(np.mean((score >= 0.5) == (y == 1))),
-        "log_loss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))),
+        "accuracy": float(sk.accuracy_score(y, score >= 0.5)),
+        "log_loss": float(sk.log_loss(y, score, labels=[0, 1])),
         "calibration_error": float(ece),  # expected calibration error over `bins` bins
         "calibration": float(score.mean() / y.mean()) if y.mean() > 0 else float("nan"),  # mean prediction / base rate
     }
 
 
 def regression_metrics(y: np.ndarray, pred: np.ndarray) -> Dict[str, float]:
-    err = pred - y
-    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err)))}
+    return {"rmse": float(np.sqrt(sk.mean_squared_error(y, pred))), "mae": float(sk.mean_absolute_error(y, pred))}
 
 
 def classification_metrics(y: np.ndarray, p: np.ndarray, classes: List[str]) -> Dict[str, float]:
