@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 import warnings
 from pathlib import Path
 from typing import List, Optional
 
-import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS for this process and its tasks)
+# TensorFlow's C++ start-up notices (CUDA plugin registration, at ERROR level) are not for
+# the terminal; the tasks keep level 2 (pipelines/local_run.py), their logs go to run.log.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import components  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS for this process and its tasks)
 from components.contracts.errors import GpupipeError
 from pipelines.config import PipelineConfig, load_config
 

@@ -221,7 +221,11 @@ def load_config(path: str | Path) -> PipelineConfig:
     if not path.is_file():
         raise GpupipeError(f"{path}: config file not found; pass a path such as configs/penguins.yaml")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise GpupipeError(f"{path}: not UTF-8 (byte {err.start}); save the config as UTF-8") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

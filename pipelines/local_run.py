@@ -27,6 +27,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '?([\w-]+)'?")
 _END = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
 STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names in the summary
+TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/runtime.py: Progress)
 _EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 
@@ -214,7 +215,9 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     os.close(error_fd)
     log_path = pipeline_root / f"{config.name}-last.log"
     previous_error_env = os.environ.get(ERROR_FILE_ENV)
+    previous_log_level = os.environ.get(TF_LOG_LEVEL_ENV)
     os.environ[ERROR_FILE_ENV] = error_file
+    os.environ[TF_LOG_LEVEL_ENV] = "2"  # the tasks log TensorFlow's errors to run.log
     started = time.monotonic()
     if not quiet:
         print(f"gpupipe run {config.name}: running {len(names.STEPS)} steps locally (kfp.local)", file=console,
@@ -226,10 +229,11 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
             with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee):
                 pipeline(**params)
     finally:
-        if previous_error_env is None:
-            os.environ.pop(ERROR_FILE_ENV, None)
-        else:
-            os.environ[ERROR_FILE_ENV] = previous_error_env
+        for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
     seconds = time.monotonic() - started
     errors = [line.strip() for line in Path(error_file).read_text(encoding="utf-8").splitlines() if line.strip()]
     os.unlink(error_file)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.contracts.settings import Strict
 
@@ -18,6 +18,33 @@ class Toleration(Strict):
     operator: Literal["Equal", "Exists"] = "Exists"
     value: Optional[str] = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @model_validator(mode="after")
+    def _value_only_with_equal(self) -> "Toleration":
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError(f"toleration '{self.key}': operator Exists takes no value; remove value, or use "
+                             "operator: Equal")
+        if self.operator == "Equal" and self.value is None:
+            raise ValueError(f"toleration '{self.key}': operator Equal needs a value")
+        return self
+
+
+# Kubernetes label keys ([prefix/]name) and values.
+_LABEL_NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+LABEL_KEY_RE = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+LABEL_VALUE_RE = re.compile(rf"^{_LABEL_NAME}?$")
+
+
+def check_labels(labels: Dict[str, str], key: str) -> Dict[str, str]:
+    """A pydantic validator body: `labels` unchanged when every key and value is a valid
+    Kubernetes label key and value."""
+    for name, value in labels.items():
+        if not LABEL_KEY_RE.match(name):
+            raise ValueError(f"'{name}' is not a Kubernetes label key ({key})")
+        if not LABEL_VALUE_RE.match(value):
+            raise ValueError(f"'{value}' (for {name}) is not a Kubernetes label value: at most 63 letters, digits, "
+                             f"'-', '_' or '.', starting and ending with a letter or digit ({key})")
+    return labels
 
 
 class SecretVolume(Strict):

@@ -6,11 +6,14 @@ pipeline passes it to the step as one JSON parameter, and the step reads it back
 """
 from __future__ import annotations
 
+import re
 from typing import List, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 S = TypeVar("S", bound="Strict")
+# What a feature may be called: it names the SavedModel's inputs and TensorFlow name scopes.
+TF_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-]*$")
 
 
 class Strict(BaseModel):
@@ -50,4 +53,8 @@ class Columns(Strict):
             raise ValueError(f"feature listed twice: {', '.join(dupes)}")
         if self.label in names:
             raise ValueError(f"label '{self.label}' is also listed as a feature")
+        bad = [n for n in [self.label, *names] if not TF_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(f"column name(s) {', '.join(repr(n) for n in bad)} are not names TensorFlow takes "
+                             "(letters, digits, '_', '.', '-'; not '_' first); rename the column in the data and here")
         return self

@@ -76,6 +76,31 @@ def encode_examples(batch: pa.RecordBatch, lists: Optional[pa.RecordBatch] = Non
     return example_coder.RecordBatchToExamples(lists if lists is not None else as_list_batch(batch))
 
 
+def check_finite(batch: pa.RecordBatch, numeric: List[str], uri: str) -> None:
+    """inf and -inf are not measurements: they would turn the mean and the model into NaN."""
+    for name in numeric:
+        column = batch.column(batch.schema.get_field_index(name))
+        infinite = pc.sum(pc.is_inf(column)).as_py() or 0
+        if infinite:
+            raise GpupipeError(f"data: column '{name}' of {uri} holds inf or -inf ({infinite} in one batch of rows); "
+                               "replace them with numbers, or leave the cells empty (a missing value)")
+
+
+def check_not_empty(stats: Dict[str, object], features: List[str], numeric: List[str], source: str) -> None:
+    """A declared feature that is empty in every row teaches the model nothing."""
+    for name in features:
+        present = 0
+        for split_stats in stats.values():
+            for feature in split_stats.datasets[0].features:
+                if feature.path.step and feature.path.step[0] == name:
+                    common = feature.num_stats.common_stats if feature.HasField("num_stats") else \
+                        feature.string_stats.common_stats
+                    present += common.num_non_missing
+        if not present:
+            key = "data.numeric_features" if name in numeric else "data.categorical_features"
+            raise GpupipeError(f"{key}: column '{name}' is empty in every row of {source}; remove it from {key}")
+
+
 class _ShardWriter:
     """Writes gzip TFRecord shards of at most `shard_rows` records into one split folder.
     Records are written in a background thread (TFRecordWriter releases the GIL while it
@@ -164,6 +189,7 @@ def ingest_data(
                 if batch.num_rows == 0:
                     continue
                 file_rows += batch.num_rows
+                check_finite(batch, numeric_features, f.uri)
                 lists = as_list_batch(batch)
                 records = encode_examples(batch, lists)
                 is_eval = split_is_eval(batch, eval_percent, split_key)
@@ -176,6 +202,9 @@ def ingest_data(
         for writer in writers.values():
             writer.close()
     rows = {split: w.rows for split, w in writers.items()}
+    if statistics and sum(rows.values()):
+        stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty}
+        check_not_empty(stats, [*numeric_features, *categorical_features], numeric_features, source)
     if sum(rows.values()) == 0:
         raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
                            "with data")
@@ -204,7 +233,7 @@ def ingest_data(
     }
     if statistics:
         stats_path = ingest_statistics_path(output_dir)
-        write_statistics(stats_path, {split: acc.result(split) for split, acc in statistics.items()})
+        write_statistics(stats_path, stats)
         manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir),
                                   "seconds": round(sum(st.seconds for st in statistics.values()), 3)}
     with open(manifest_path(output_dir), "w", encoding="utf-8") as fh:

@@ -9,6 +9,8 @@ from pydantic import Field, field_validator
 from components.contracts.settings import Strict
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# KServe's InferenceService names (a DNS-1035 label): a letter first.
+MODEL_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 class ServingSettings(Strict):
@@ -27,6 +29,7 @@ class ServingSettings(Strict):
     @field_validator("model_name")
     @classmethod
     def _safe_model_name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"'{v}' is not a plain name: use lowercase letters, digits and '-' (no '/', '..')")
+        if not MODEL_NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not a plain name: use lowercase letters, digits and '-', a letter first "
+                             "(KServe's rule; no '/', '..')")
         return v

@@ -124,19 +124,30 @@ def csv_header(uri: str) -> List[str]:
     if not first.strip():
         raise GpupipeError(f"data.source: {uri} is empty; point data.source at a CSV file with a header row")
     try:
-        text = first.decode("utf-8")
+        text = first.decode("utf-8-sig")  # a byte-order mark (Excel's UTF-8) is not part of the first name
     except UnicodeDecodeError:
         raise GpupipeError(f"data.source: {uri} line 1 is not UTF-8; re-encode the file as UTF-8") from None
-    return next(csv.reader([text]))
+    return unique_columns([c.strip() for c in next(csv.reader([text]))], uri)
+
+
+def unique_columns(names: List[str], uri: str) -> List[str]:
+    """The names, or a one-line error when one of them is there twice."""
+    seen = {}
+    for i, name in enumerate(names, start=1):
+        if name in seen:
+            raise GpupipeError(f"data.source: {uri} has two columns named '{name}' (columns {seen[name]} and {i}); "
+                               "rename one in the data")
+        seen[name] = i
+    return names
 
 
 def columns_of(f: SourceFile) -> List[str]:
     if f.format == "synthetic":
         return synthetic.columns()
     if f.format == "csv":
-        return [c.strip() for c in csv_header(f.uri)]
+        return csv_header(f.uri)
     if f.format == "parquet":
-        return list(_parquet_file(f.uri).schema_arrow.names)
+        return unique_columns(list(_parquet_file(f.uri).schema_arrow.names), f.uri)
     # TFRecord: the features of the first example
     for batch in _tfrecord_batches(f.uri, max_records=1):
         return list(batch.schema.names)
@@ -179,12 +190,13 @@ def _synthetic(uri: str, types):
 def _csv(uri: str, types):
     import pyarrow.csv as pacsv
 
-    header = [c.strip() for c in csv_header(uri)]
+    header = csv_header(uri)
     stream = open_for_reading(uri, "data.source")
     try:
         source = pa.CompressedInputStream(stream, "gzip") if _is_gzip(uri) else stream
+        # The header as csv_header read it (spaces around names and a byte-order mark gone).
         reader = pacsv.open_csv(
-            source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES),
+            source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES, column_names=header, skip_rows=1),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types),
                                                  strings_can_be_null=True))
         for batch in reader:
@@ -291,7 +303,11 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
             dataset = dataset.take(max_records)
         decoder = example_coder.ExamplesToRecordBatchDecoder()
         for records in dataset.batch(TFRECORD_BATCH_ROWS):
-            batch = decoder.DecodeBatch(list(records.numpy()))
+            try:
+                batch = decoder.DecodeBatch(list(records.numpy()))
+            except RuntimeError as err:  # tfx_bsl: DATA_LOSS: Unable to parse example
+                raise GpupipeError(f"data.source: {uri} holds TFRecords that are not tf.train.Example ({err}); "
+                                   "write tf.train.Example records, or export the table as CSV or Parquet") from None
             yield pa.RecordBatch.from_arrays([_first_values(c) for c in batch.columns], batch.schema.names)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
         raise GpupipeError(f"data.source: {uri} is truncated or not TFRecord{' (gzip)' if _is_gzip(uri) else ''} "

@@ -226,7 +226,17 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
                 json.dump(self.history, f)
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)  # restores the newest checkpoint, if any
+        try:
+            super().on_train_begin(logs)  # restores the newest checkpoint, if any
+        except (tf.errors.OpError, ValueError, AssertionError) as err:
+            # A checkpoint that cannot be read would fail every retry the same way: remove it,
+            # so the next retry trains from step 0, and say so in one line.
+            reason = (getattr(err, "message", None) or str(err)).strip().splitlines()[0][:200]
+            self.discard()
+            from components.contracts.errors import GpupipeError
+
+            raise GpupipeError(f"training: the checkpoint in {self.home} cannot be restored ({reason}); it was "
+                               "removed, so the next retry of this task trains from step 0") from None
         if int(self.model.optimizer.iterations.numpy()):
             self.count("resumes")
 
@@ -238,7 +248,8 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
             upload_tree(self.backup_dir, self.home, last=self.INDEX)
 
     def discard(self) -> None:
-        """The model is whole: a later retry need not resume. (The chief's call.)"""
+        """Removes the backup (the model is whole, or the backup unreadable): a later
+        retry starts from step 0."""
         from components.contracts.storage import delete_prefix
 
         if self.remote:

@@ -7,7 +7,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field, field_validator, model_validator
 
-from components.contracts.pods import Toleration, check_quantity
+from components.contracts.pods import Toleration, check_labels, check_quantity
 from components.contracts.settings import Strict
 
 
@@ -118,6 +118,11 @@ class TrainSettings(Strict):
         if not v or any(u < 1 for u in v):
             raise ValueError("give one or more positive layer widths, e.g. [64, 32]")
         return v
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: Dict[str, str]) -> Dict[str, str]:
+        return check_labels(v, "training.node_selector")
 
     @field_validator("cpu", "memory")
     @classmethod

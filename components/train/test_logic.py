@@ -168,3 +168,26 @@ def test_a_scheduled_and_profiled_run_trains_and_writes_a_trace_under_the_tensor
     assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
     traces = list((tmp_path / "tensorboard").glob("plugins/profile/*/*.xplane.pb"))
     assert traces and traces[0].stat().st_size > 0
+
+
+def test_a_corrupt_checkpoint_fails_once_in_one_line_and_the_retry_trains_from_step_0(
+        tmp_path, penguin_examples, penguin_validation):
+    from components.contracts.errors import GpupipeError
+    from components.train.logic import train_model
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    backup = tmp_path / "backup"
+    train = lambda: train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),  # noqa: E731
+                                PENGUIN_COLUMNS, penguin_settings(epochs=2), backup_dir=str(backup))
+    (backup / "chief").mkdir(parents=True)
+    (backup / "chief" / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
+    (backup / "chief" / "ckpt-7.index").write_bytes(b"\x00not an index")
+    (backup / "chief" / "ckpt-7.data-00000-of-00001").write_bytes(b"\x00garbage")
+    with pytest.raises(GpupipeError) as err:
+        train()
+    message = str(err.value)
+    assert message.startswith(f"training: the checkpoint in {backup} cannot be restored (") and "\n" not in message
+    assert message.endswith("it was removed, so the next retry of this task trains from step 0")
+    assert not backup.exists()
+    report = train()  # the retry
+    assert report["resumed_from_step"] == 0 and report["optimizer_steps"] == 2 * report["steps_per_epoch"]

@@ -1,0 +1,139 @@
+"""Real-world input that used to end in a traceback, a misleading message or a silently
+wrong model: each now ends in one line naming the input and the fix (config errors before
+anything runs, exit 2; data errors in the failing step, exit 1), no traceback on the
+terminal, and no serving version. And the spellings a real CSV has that are fine."""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+PENGUINS = ROOT / "data" / "penguins.csv"
+
+
+def user_env() -> dict:
+    """A user's environment: nothing this test process set for TensorFlow's own logging."""
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def gpupipe_run(tmp_path, config: dict):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", str(path), "--runs-dir",
+                          str(tmp_path / "runs"), "--serving-base", str(tmp_path / "serving")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
+    assert "Traceback" not in out.stderr and "Traceback" not in out.stdout
+    assert not (tmp_path / "serving").exists()
+    return out
+
+
+def penguins(**edits) -> dict:
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    for dotted, value in edits.items():
+        section, _, key = dotted.rpartition(".")
+        target = raw
+        for part in filter(None, section.split(".")):
+            target = target[part]
+        target[key] = value
+    return raw
+
+
+def config_error(tmp_path, config: dict) -> str:
+    out = gpupipe_run(tmp_path, config)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("edits, expected", [
+    ({"training.memory": "32GB"}, "training.memory: '32GB' is not a Kubernetes quantity"),
+    ({"training.cpu": "four"}, "training.cpu: 'four' is not a Kubernetes quantity"),
+    ({"serving.model_name": "1ctr"}, "serving.model_name: '1ctr' is not a plain name: use lowercase letters, "
+                                     "digits and '-', a letter first"),
+    ({"training.tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}]},
+     "training.tolerations.0: toleration 'nvidia.com/gpu': operator Exists takes no value; remove value, or use "
+     "operator: Equal"),
+    ({"training.node_selector": {"cloud.google.com/gke-accelerator": "nvidia tesla t4"}},
+     "training.node_selector: 'nvidia tesla t4' (for cloud.google.com/gke-accelerator) is not a Kubernetes label "
+     "value"),
+    ({"data.numeric_features": ["bill length", "body_mass_g"]},
+     "data: column name(s) 'bill length' are not names TensorFlow takes"),
+])
+def test_a_config_the_cluster_would_refuse_is_one_line_before_anything_runs(tmp_path, edits, expected):
+    line = config_error(tmp_path, penguins(**edits))
+    assert line.startswith(f"error: {tmp_path / 'config.yaml'}: {expected}"), line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_that_is_not_utf8(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes((ROOT / "configs" / "penguins.yaml").read_bytes().replace(b"Palmer", b"P\xe4lmer"))
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", str(path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env=user_env())
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"error: {path}: not UTF-8 (byte {(ROOT / 'configs' / 'penguins.yaml').read_bytes().index(b'Palmer') + 1}); "
+        "save the config as UTF-8"]
+
+
+def write_penguins(path: Path, edit_row=None, header=None) -> str:
+    rows = list(csv.reader(PENGUINS.open()))
+    out = [header or rows[0]] + [edit_row(r) if edit_row else r for r in rows[1:]]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(out)
+    return str(path)
+
+
+def test_two_columns_with_the_same_name(tmp_path):
+    header = list(csv.reader(PENGUINS.open()))[0]
+    source = write_penguins(tmp_path / "dup.csv", header=[*header[:-1], "island"])
+    line = config_error(tmp_path, penguins(**{"data.source": source}))
+    assert line == (f"error: data.source: {source} has two columns named 'island' (columns 2 and 8); rename one in "
+                    "the data")
+
+
+def test_tfrecords_that_are_not_examples(tmp_path):
+    import tensorflow as tf
+
+    source = str(tmp_path / "logs.tfrecord")
+    with tf.io.TFRecordWriter(source) as writer:
+        writer.write(b"\xff\x00 a log line, not a tf.train.Example")
+    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    assert line.startswith(f"error: data.source: {source} holds TFRecords that are not tf.train.Example (")
+    assert line.endswith("write tf.train.Example records, or export the table as CSV or Parquet")
+
+
+def data_error(tmp_path, config: dict) -> str:
+    out = gpupipe_run(tmp_path, config)
+    assert out.returncode == 1
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, out.stdout
+    return errors[0]
+
+
+def test_inf_in_a_numeric_column_stops_ingest(tmp_path):
+    source = write_penguins(tmp_path / "inf.csv", lambda r: [*r[:3], "inf" if r[3] != "NA" else r[3], *r[4:]])
+    line = data_error(tmp_path, penguins(**{"data.source": source}))
+    assert line.startswith(f"error: ingest: data: column 'bill_depth_mm' of {source} holds inf or -inf (")
+    assert line.endswith("replace them with numbers, or leave the cells empty (a missing value)")
+
+
+def test_a_numeric_column_empty_in_every_row_stops_ingest(tmp_path):
+    source = write_penguins(tmp_path / "empty.csv", lambda r: [*r[:5], "", *r[6:]])
+    line = data_error(tmp_path, penguins(**{"data.source": source}))
+    assert line == (f"error: ingest: data.numeric_features: column 'body_mass_g' is empty in every row of {source}; "
+                    "remove it from data.numeric_features")
+
+
+def test_spaces_after_the_commas_and_a_byte_order_mark_are_read_as_meant(tmp_path, ingest):
+    text = PENGUINS.read_text(encoding="utf-8")
+    header, rest = text.split("\n", 1)
+    source = tmp_path / "excel.csv"
+    source.write_text("\ufeff" + ", ".join(header.split(",")) + "\n" + rest, encoding="utf-8")
+    manifest = ingest(str(source), str(tmp_path / "ex"), "species", ["bill_length_mm", "body_mass_g"],
+                      ["island", "sex"])
+    assert sum(manifest["rows"].values()) == 344
