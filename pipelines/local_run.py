@@ -50,6 +50,7 @@ class RunSummary:
     blessing: Optional[dict] = None
     push: Optional[dict] = None
     validation: Optional[dict] = None
+    ingest: Optional[dict] = None  # the examples' manifest
     errors: List[str] = field(default_factory=list)
 
     @property
@@ -61,6 +62,9 @@ class RunSummary:
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
             lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
+        if self.ingest and self.ingest.get("rows_dropped_missing_label"):
+            dropped, label = self.ingest["rows_dropped_missing_label"], self.ingest.get("label", "label")
+            lines.append(f"  ingest: {dropped} row(s) without a '{label}' dropped (empty or one of data.na_values)")
         if self.validation:
             v = self.validation
             if v.get("baseline"):
@@ -253,4 +257,5 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
         summary.blessing = _read_json(run_dir / names.EVALUATE / "blessing" / names.BLESSING_FILE)
         summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
         summary.validation = _read_json(run_dir / names.VALIDATE / "anomalies" / "validation.json")
+        summary.ingest = _read_json(run_dir / names.INGEST / "examples" / names.MANIFEST_FILE)
     return summary

@@ -137,3 +137,22 @@ def test_spaces_after_the_commas_and_a_byte_order_mark_are_read_as_meant(tmp_pat
     manifest = ingest(str(source), str(tmp_path / "ex"), "species", ["bill_length_mm", "body_mass_g"],
                       ["island", "sex"])
     assert sum(manifest["rows"].values()) == 344
+
+
+def test_label_spellings_of_missing_are_configurable_counted_and_bounded(tmp_path, ingest):
+    from components.contracts.errors import GpupipeError
+    from pipelines.local_run import RunSummary
+
+    source = write_penguins(tmp_path / "labels.csv", lambda r: ["null" if r[0] == "Chinstrap" else r[0], *r[1:]])
+    args = (source, str(tmp_path / "a"), "species", ["bill_length_mm"], ["island"])
+    manifest = ingest(*args)  # the default spellings: 'null' is missing
+    assert manifest["rows_dropped_missing_label"] == 68 and sum(manifest["rows"].values()) == 344 - 68
+    with pytest.raises(GpupipeError) as err:
+        ingest(*args[:1], str(tmp_path / "b"), *args[2:], max_dropped_label_fraction=0.1)
+    assert str(err.value) == (f"data.label: 68 of 344 rows of {source} (20%) have no 'species' (empty, or spelt like "
+                              "one of data.na_values); check data.label, or raise data.max_dropped_label_fraction "
+                              "(now 0.1)")
+    kept = ingest(*args[:1], str(tmp_path / "c"), *args[2:], na_values=["", "NA"])  # 'null' is a class here
+    assert kept["rows_dropped_missing_label"] == 0
+    summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[], ingest=manifest)
+    assert "  ingest: 68 row(s) without a 'species' dropped (empty or one of data.na_values)" in summary.render()

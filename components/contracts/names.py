@@ -46,3 +46,7 @@ SCRATCH_VOLUME = "gpupipe-scratch"
 # Where the trainer keeps parsed batches after the first epoch (training report: input_cache).
 CACHE_NONE, CACHE_MEMORY, CACHE_DISK = "none", "memory", "disk"
 INPUT_CACHES = (CACHE_NONE, CACHE_MEMORY, CACHE_DISK)
+
+# Cell values that mean "missing" in CSV sources (Arrow's own list; data.na_values replaces it).
+NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
+             "NULL", "NaN", "n/a", "nan", "null")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -167,6 +167,8 @@ def ingest_data(
     data_format: str = "auto",
     compression_level: int = GZIP_LEVEL,
     with_statistics: bool = True,
+    na_values: Sequence[str] = names.NA_VALUES,
+    max_dropped_label_fraction: float = 1.0,
 ) -> dict:
     """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
     or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
@@ -182,7 +184,7 @@ def ingest_data(
     try:
         for f in files:
             file_rows = 0
-            for batch in readers.read_batches(f, types):
+            for batch in readers.read_batches(f, types, na_values):
                 has_label = pc.is_valid(batch.column(0))
                 dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
                 batch = batch.filter(has_label)
@@ -202,6 +204,12 @@ def ingest_data(
         for writer in writers.values():
             writer.close()
     rows = {split: w.rows for split, w in writers.items()}
+    read = sum(rows.values()) + dropped_no_label
+    if read and dropped_no_label / read > max_dropped_label_fraction:
+        raise GpupipeError(
+            f"data.label: {dropped_no_label} of {read} rows of {source} ({dropped_no_label / read:.0%}) have no "
+            f"'{label}' (empty, or spelt like one of data.na_values); check data.label, or raise "
+            f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
     if statistics and sum(rows.values()):
         stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty}
         check_not_empty(stats, [*numeric_features, *categorical_features], numeric_features, source)
@@ -251,7 +259,11 @@ def run_ingest(*, settings: DataSettings, examples_dir: str, numeric_label: bool
     read. Returns the manifest."""
     manifest = ingest_data(settings.source, examples_dir, settings.label, list(settings.numeric_features),
                            list(settings.categorical_features), settings.split.eval_percent, settings.split.key,
-                           numeric_label=numeric_label, data_format=settings.format)
+                           numeric_label=numeric_label, data_format=settings.format, na_values=settings.na_values,
+                           max_dropped_label_fraction=settings.max_dropped_label_fraction)
+    if manifest["rows_dropped_missing_label"]:
+        print(f"note: {manifest['rows_dropped_missing_label']} row(s) without a '{settings.label}' dropped",
+              flush=True)
     if source_fingerprint and source_fingerprint != manifest["source_fingerprint"]:
         print(f"note: {settings.source} changed after the fingerprint step ({source_fingerprint} -> "
               f"{manifest['source_fingerprint']}); ingested the files as they are now", flush=True)

@@ -1,10 +1,11 @@
 """Ingest's settings: the config's `data:` section."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import List, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from components.contracts.names import NA_VALUES
 from components.contracts.settings import Columns, Strict
 
 
@@ -21,6 +22,13 @@ class DataSettings(Columns):
     format: Literal["auto", "csv", "parquet", "tfrecord"] = Field(
         "auto", description="auto: from the file extension (.csv[.gz], .parquet, .tfrecord[.gz])")
     split: SplitSettings = SplitSettings()
+    na_values: List[str] = Field(
+        default_factory=lambda: list(NA_VALUES),
+        description="CSV cell spellings that mean missing (default: Arrow's: '', NA, N/A, n/a, NULL, null, NaN, nan, "
+                    "#N/A, ...); a row whose label is missing is dropped and counted")
+    max_dropped_label_fraction: float = Field(
+        0.2, ge=0, le=1, description="more rows than this without a label stop ingest (the label column is "
+                                     "probably wrong, or its values spelt like na_values)")
 
     @model_validator(mode="after")
     def _split_key_is_not_label(self) -> "DataSettings":

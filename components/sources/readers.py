@@ -16,12 +16,13 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.storage import gcs_client, is_gcs, open_for_reading, split_gcs
 from components.sources import synthetic
@@ -31,9 +32,7 @@ PARQUET_BATCH_ROWS = 65_536
 TFRECORD_BATCH_ROWS = 20_000
 FORMATS = ("csv", "parquet", "tfrecord")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-# Arrow's default null spellings (pyarrow.csv.ConvertOptions.null_values).
-NULLS = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
-         "NULL", "NaN", "n/a", "nan", "null"}
+NULLS = set(names.NA_VALUES)  # the default missing-value spellings, for explaining a bad row
 
 
 @dataclass
@@ -168,12 +167,14 @@ def _open_text_stream(uri: str):
     return raw
 
 
-def read_batches(f: SourceFile, types: Dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
-    """Record batches holding exactly the columns of `types`, cast to those types."""
+def read_batches(f: SourceFile, types: Dict[str, pa.DataType],
+                 na_values: Sequence[str] = names.NA_VALUES) -> Iterator[pa.RecordBatch]:
+    """Record batches holding exactly the columns of `types`, cast to those types; in a
+    CSV, a cell spelt like one of `na_values` is missing."""
     if f.format == "synthetic":
         yield from _synthetic(f.uri, types)
     elif f.format == "csv":
-        yield from _csv(f.uri, types)
+        yield from _csv(f.uri, types, na_values)
     elif f.format == "parquet":
         yield from _parquet(f.uri, types)
     else:
@@ -187,7 +188,7 @@ def _synthetic(uri: str, types):
         yield _select_and_cast(batch, types, uri)
 
 
-def _csv(uri: str, types):
+def _csv(uri: str, types, na_values: Sequence[str] = names.NA_VALUES):
     import pyarrow.csv as pacsv
 
     header = csv_header(uri)
@@ -198,7 +199,7 @@ def _csv(uri: str, types):
         reader = pacsv.open_csv(
             source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES, column_names=header, skip_rows=1),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types),
-                                                 strings_can_be_null=True))
+                                                 strings_can_be_null=True, null_values=list(na_values)))
         for batch in reader:
             yield batch
     except (pa.ArrowInvalid, OSError) as err:
