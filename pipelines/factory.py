@@ -173,7 +173,8 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
         push_task = push_op(
             model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
             examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-            schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base)
+            schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         push_task.set_display_name("Push to serving").set_caching_options(False)
 
         shapes = {names.FINGERPRINT: fingerprint_task, names.INGEST: ingest_task, names.VALIDATE: validate_task,

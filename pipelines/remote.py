@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlparse
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -92,15 +93,35 @@ def check_host(host: str) -> str:
     return host.rstrip("/")
 
 
+def check_token_transport(host: str) -> None:
+    """The KFP token travels only over https, or to this machine."""
+    parsed = urlparse(host)
+    loopback = parsed.hostname in ("localhost", "::1") or (parsed.hostname or "").startswith("127.")
+    if os.environ.get(TOKEN_ENV) and parsed.scheme != "https" and not loopback:
+        raise GpupipeError(f"--host {host}: {TOKEN_ENV} is set and would travel in clear text; use the https:// URL "
+                           f"of the KFP API (or unset {TOKEN_ENV})")
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, but the Authorization header only to the host it was meant for."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urlparse(newurl).netloc != urlparse(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
 def check_reachable(host: str, timeout: float = 10.0) -> None:
     """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s)."""
+    check_token_transport(host)
     url = host.rstrip("/") + "/apis/v2beta1/healthz"
     request = urllib.request.Request(url)
     token = os.environ.get(TOKEN_ENV)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout):
+        with urllib.request.build_opener(_SameHostRedirects).open(request, timeout=timeout):
             return
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):

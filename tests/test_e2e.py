@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.e2e
+# One worker runs this file: its tests share the module's first run (./dev test: --dist loadgroup).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-first-run")]
 ROOT = Path(__file__).resolve().parents[1]
 
 

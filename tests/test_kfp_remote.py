@@ -149,3 +149,48 @@ def test_a_host_without_scheme_and_the_version():
         "https://kubeflow.example.com/pipeline")
     version = gpupipe("--version")
     assert version.returncode == 0 and version.stdout.strip() == "gpupipe 0.1.0"
+
+
+def test_the_token_never_travels_in_clear_text_nor_to_another_host(monkeypatch):
+    """Over plain http to another machine the token is refused; a redirect to another host
+    (here 127.0.0.2, a second loopback address) does not carry it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from components.contracts.errors import GpupipeError
+    from pipelines.remote import check_reachable
+    from tests.fixtures.gcs import free_port
+
+    seen = {}
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen["authorization"] = self.headers.get("Authorization")
+            self.send_response(200)
+            self.end_headers()
+
+    other = ThreadingHTTPServer(("127.0.0.2", free_port()), Elsewhere)
+
+    class Redirecting(Elsewhere):
+        def do_GET(self):
+            seen["first"] = self.headers.get("Authorization")
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.2:{other.server_address[1]}/apis/v2beta1/healthz")
+            self.end_headers()
+
+    first = ThreadingHTTPServer(("127.0.0.1", free_port()), Redirecting)
+    for server in (first, other):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KFP_TOKEN", "secret-token")
+    try:
+        check_reachable(f"http://127.0.0.1:{first.server_address[1]}")
+        assert seen == {"first": "Bearer secret-token", "authorization": None}
+        with pytest.raises(GpupipeError, match="KFP_TOKEN is set and would travel in clear text; use the https://"):
+            check_reachable("http://kubeflow.example.com/pipeline")
+    finally:
+        for server in (first, other):
+            server.shutdown()
+            server.server_close()

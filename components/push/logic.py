@@ -8,6 +8,7 @@ endpoint and move `stable` only when that passes -> drop versions beyond `keep_v
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -73,8 +74,22 @@ def write_warmup_requests(path: str, model_name: str, examples: List[bytes]) -> 
             writer.write(log.SerializeToString())
 
 
+def model_digest(model_dir: str) -> str:
+    """sha256 over the SavedModel's files (names and bytes): the same model, the same digest."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(model_dir)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            digest.update(os.path.relpath(path, model_dir).encode())
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
 def stage_version(model_dir: str, into: str, model_name: str, examples: List[bytes], statistics_file: str = "",
-                  schema_file: str = "", metrics: Optional[dict] = None) -> str:
+                  schema_file: str = "", metrics: Optional[dict] = None, identity: Optional[dict] = None) -> str:
     """A copy of the SavedModel with its extras, ready to become a version."""
     staged = os.path.join(into, "version")
     shutil.copytree(model_dir, staged)
@@ -88,20 +103,31 @@ def stage_version(model_dir: str, into: str, model_name: str, examples: List[byt
         shutil.copy(schema_file, os.path.join(extra, names.SCHEMA_FILE))
     with open(os.path.join(extra, served.METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(metrics or {}, f, indent=2)
+    with open(os.path.join(extra, served.MODEL_FILE), "w", encoding="utf-8") as f:
+        json.dump(identity or {"digest": model_digest(model_dir), "run_id": ""}, f)
     return staged
 
 
 def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str,
                examples: Optional[List[bytes]] = None, statistics_file: str = "", schema_file: str = "",
                metrics: Optional[dict] = None, keep_versions: int = 0, endpoint: str = "",
-               smoke_timeout: float = 120.0) -> PushResult:
+               smoke_timeout: float = 120.0, run_id: str = "") -> PushResult:
     """Pushes a blessed model as the next integer version; an unblessed one is not pushed
-    and the result says why. With `endpoint`, `stable` moves only after the smoke test."""
+    and the result says why. With `endpoint`, `stable` moves only after the smoke test.
+    With `run_id`, a push this run already made of the same model (a KFP retry of the
+    task) is that version, not a new one."""
     if not blessed:
         return PushResult(pushed=False, reason="not blessed: " + "; ".join(blessing_reasons))
     store = ServingStore(base, model_name)
+    digest = model_digest(model_dir)
+    already = served.version_of(store, digest, run_id) if run_id else None
+    if already is not None:  # a retry of this run's push: the same model is the same version
+        return PushResult(pushed=True, reason=f"already pushed as version {already} by this run (same model digest)",
+                          version=already, path=store.version_path(already),
+                          stable=served.current_labels(store).get(models_config.STABLE))
     with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
-        staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics)
+        staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics,
+                               {"digest": digest, "run_id": run_id})
         version = store.add_version(staged)
     labels = served.current_labels(store)
     stable_before = labels.get(models_config.STABLE)
@@ -116,12 +142,16 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
             gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], smoke_timeout)
         except GpupipeError:
             store.write_models_config(before or "")  # serve exactly what was served before
+            # A failed version must not stay where serving (the highest version, when no
+            # label is used), the next run's baseline or a rollback could pick it.
+            store.remove_version(version)
             raise
         result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
     served.set_labels(store, {models_config.STABLE: version})
     result.stable = version
     if keep_versions:
-        result.removed_versions = served.apply_retention(store, keep_versions)
+        # The previous stable version survives retention: it is what a rollback goes back to.
+        result.removed_versions = served.apply_retention(store, keep_versions, protect={stable_before})
     if stable_before is not None and stable_before != version:
         result.reason += f"; stable moved from version {stable_before}"
     return result
@@ -135,10 +165,11 @@ def write_result(result: PushResult, output_dir: str) -> None:
 
 @reports_errors("push")
 def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics_dir: str, schema_dir: str,
-             output_dir: str, settings: ServingSettings) -> PushResult:
+             output_dir: str, settings: ServingSettings, run_id: str = "") -> PushResult:
     """The push step: reads the blessing, pushes to `settings.base` (as this run gives it)
     or not, and records why in `output_dir`."""
     blessing = read_blessing(blessing_dir)
+    settings.check_base()
     try:
         result = push_model(
             model_dir, blessing.blessed, blessing.reasons, settings.base, settings.model_name,
@@ -146,7 +177,7 @@ def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics
             statistics_file=os.path.join(statistics_dir, names.STATS_FILE),
             schema_file=os.path.join(schema_dir, names.SCHEMA_FILE),
             metrics=blessing.metrics, keep_versions=settings.keep_versions, endpoint=settings.endpoint or "",
-            smoke_timeout=settings.smoke_timeout_seconds)
+            smoke_timeout=settings.smoke_timeout_seconds, run_id=run_id)
     except GpupipeError as err:
         write_result(PushResult(pushed=False, reason=str(err)), output_dir)
         raise

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import List, Optional
 
 from pydantic import Field, field_validator
 
@@ -25,6 +25,18 @@ class ServingSettings(Strict):
     namespace: Optional[str] = Field(None, description="Kubernetes namespace of the KServe InferenceService")
     service_account: Optional[str] = Field(
         None, description="service account the KServe predictor reads the serving base with")
+
+    allowed_bases: List[str] = Field(
+        default_factory=list, description="serving bases a run may push to (prefixes, e.g. gs://models/); the "
+                                          "serving_base run parameter outside them is refused; empty: any")
+
+    def check_base(self) -> None:
+        """The serving base this run gives is one the config allows."""
+        from components.contracts.errors import GpupipeError
+
+        if self.allowed_bases and not any(self.base.rstrip("/").startswith(b.rstrip("/")) for b in self.allowed_bases):
+            raise GpupipeError(f"serving_base: {self.base} is not under serving.allowed_bases "
+                               f"({', '.join(self.allowed_bases)}); run with one of them or add it to the config")
 
     @field_validator("model_name")
     @classmethod

@@ -165,8 +165,10 @@ def test_push_to_gcs_through_the_emulator(tmp_path, model_dir, monkeypatch):
         assert (first.version, second.version) == (1, 2)
         assert first.path == f"gs://{bucket}/models/m/1"
         store = ServingStore(base, "m")
-        assert store.versions() == [2]
-        assert labels(base) == {"stable": 2}
+        assert store.versions() == [1, 2]  # the previous stable version survives retention
+        third = push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)
+        assert third.removed_versions == [1] and store.versions() == [2, 3]
+        assert labels(base) == {"stable": 3}
         local = store.download_version(2, str(tmp_path / "dl"))
         assert (tmp_path / "dl" / "saved_model.pb").read_bytes() == b"pb"
         assert os.path.isfile(os.path.join(local, "variables", "variables.index"))
@@ -227,3 +229,39 @@ def test_directory_without_saved_model_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(GpupipeError, match="has no saved_model.pb"):
         push_model(str(tmp_path / "empty"), True, ["ok"], str(tmp_path / "serving"), "m")
+
+
+def test_a_retried_push_of_the_same_run_adds_no_version(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    first = push_model(model_dir, True, ["ok"], base, "m", run_id="run-1")
+    retry = push_model(model_dir, True, ["ok"], base, "m", run_id="run-1")  # KFP retried the push task
+    assert (first.version, retry.version) == (1, 1) and "already pushed as version 1 by this run" in retry.reason
+    other_run = push_model(model_dir, True, ["ok"], base, "m", run_id="run-2")
+    assert other_run.version == 2 and ServingStore(base, "m").versions() == [1, 2]
+
+
+def test_a_version_that_fails_its_smoke_test_leaves_the_serving_directory(tmp_path, model_dir, monkeypatch):
+    from components.push import smoke
+
+    def fails(*args, **kwargs):
+        raise GpupipeError("smoke test: predictions differ")
+
+    monkeypatch.setattr(smoke, "smoke_test", fails)
+    base = str(tmp_path / "serving")
+    push_model(model_dir, True, ["ok"], base, "m")
+    with pytest.raises(GpupipeError, match="predictions differ"):
+        push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1")
+    store = ServingStore(base, "m")
+    assert store.versions() == [1]  # not served as the highest version, not a baseline, not a rollback target
+    assert labels(base) == {"stable": 1}
+    assert served.served_version_number(base, "m") == 1
+
+
+def test_a_serving_base_outside_the_allowed_ones_is_refused(tmp_path, model_dir):
+    write_blessing(Blessing(True, "accuracy", 0.95, 0.9, ["ok"]), str(tmp_path / "b"))
+    settings = ServingSettings(base="gs://someone-elses/models", model_name="m", allowed_bases=["gs://ours/models"])
+    with pytest.raises(GpupipeError) as err:
+        run_push(model_dir=model_dir, blessing_dir=str(tmp_path / "b"), examples_dir="", statistics_dir="",
+                 schema_dir="", output_dir=str(tmp_path / "out"), settings=settings)
+    assert str(err.value) == ("serving_base: gs://someone-elses/models is not under serving.allowed_bases "
+                              "(gs://ours/models); run with one of them or add it to the config")

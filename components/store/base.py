@@ -126,6 +126,15 @@ class ServingStore:
         download_prefix(self.version_path(version), into)
         return into
 
+    def read_text(self, relative: str) -> Optional[str]:
+        """A small file under the model's root (e.g. `3/assets.extra/...`), None when absent."""
+        if is_gcs(self.base):
+            bucket_name, name = split_gcs(f"{self.model_root}/{relative}")
+            blob = gcs_client().bucket(bucket_name).blob(name)
+            return blob.download_as_text() if blob.exists() else None
+        path = os.path.join(self.model_root, relative)
+        return open(path, encoding="utf-8").read() if os.path.isfile(path) else None
+
     # -- models.config ----------------------------------------------------------------
     def read_models_config(self) -> Optional[str]:
         if is_gcs(self.base):

@@ -16,6 +16,7 @@ EXTRA_DIR = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 GPUPIPE_DIR = "gpupipe"
 METRICS_FILE = "metrics.json"
+MODEL_FILE = "model.json"  # the model's digest and the run that pushed it: a retried push finds its version
 
 
 def served_version_number(base: str, model_name: str) -> Optional[int]:
@@ -52,11 +53,22 @@ def current_labels(store: ServingStore) -> dict:
     return models_config.labels(store.read_models_config(), store.model_name)
 
 
-def apply_retention(store: ServingStore, keep: int) -> List[int]:
-    """Deletes all but the newest `keep` versions, never one that a label points at.
-    Returns the deleted versions."""
+def version_of(store: ServingStore, digest: str, run_id: str) -> Optional[int]:
+    """The newest whole version that run `run_id` pushed of the model with this digest."""
+    import json
+
+    for version in reversed(store.versions()):
+        text = store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{MODEL_FILE}")
+        if text and json.loads(text) == {"digest": digest, "run_id": run_id}:
+            return version
+    return None
+
+
+def apply_retention(store: ServingStore, keep: int, protect: Optional[set] = None) -> List[int]:
+    """Deletes all but the newest `keep` versions, never one that a label points at nor
+    one in `protect`. Returns the deleted versions."""
     versions = store.versions()
-    protected = set(current_labels(store).values())
+    protected = set(current_labels(store).values()) | set(protect or ())
     doomed = [v for v in versions[:-keep] if v not in protected] if keep < len(versions) else []
     for v in doomed:
         store.remove_version(v)
