@@ -181,7 +181,8 @@ def _run_params(config: PipelineConfig, given: List[str]) -> dict:
         try:
             params[name] = kind(value)
         except ValueError:
-            raise GpupipeError(f"--param {item}: {name} takes a {kind.__name__}, e.g. {name}={defaults[name]}") from None
+            raise GpupipeError(
+                f"--param {item}: {name} takes a {kind.__name__}, e.g. {name}={defaults[name]}") from None
     return params
 
 
@@ -204,12 +205,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 1
 
 
+SCHEDULE_ACTIONS = ("pause", "resume", "delete", "list")
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from pipelines.remote import git_sha, kfp_cron, schedule
+    from pipelines.remote import change_schedules, git_sha, kfp_cron, list_schedules, schedule
 
-    config = load_config(args.config)
+    action, rest = (args.what[0], args.what[1:]) if args.what[0] in SCHEDULE_ACTIONS else ("create", args.what)
+    if action == "list":
+        for job in list_schedules(_client(args), args.experiment if args.experiment_given else None):
+            print(f"{job['status']:<9} {job['cron']:<20} {job['id']}  {job['name']}")
+        return 0
+    if len(rest) != 1:
+        example = "" if action == "create" else f"{action} "
+        raise GpupipeError(f"schedule {action}: give one config, e.g. gpupipe schedule {example}"
+                           "configs/penguins.yaml --host URL")
+    config = load_config(rest[0])
+    if action != "create":
+        changed = change_schedules(_client(args), config, args.experiment, action)
+        print(f"{action}d {', '.join(changed)}" if changed else f"no schedule of {config.name} in experiment "
+                                                                  f"{args.experiment}")
+        return 0 if changed else 1
+    if not args.cron:
+        raise GpupipeError("schedule: give --cron, e.g. --cron '0 3 * * *' (03:00 daily)")
     kfp_cron(args.cron)  # a bad expression fails before anything is uploaded
-
     uploaded, job, deleted = schedule(_client(args), config, compile_to_text(config), git_sha(), args.experiment,
                                       args.cron, args.max_concurrency, catchup=not args.no_catchup)
     replaced = f", replacing {', '.join(deleted)}" if deleted else ""
@@ -285,13 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="with --watch: give up after this many seconds")
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one)")
-    p.add_argument("config")
+    p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one); or pause, resume or "
+                                        "delete it; or list the schedules",
+                       usage="gpupipe schedule [pause|resume|delete] CONFIG --host URL [--cron C] | "
+                             "gpupipe schedule list --host URL")
+    p.add_argument("what", nargs="+", metavar="[ACTION] CONFIG")
     _kfp_args(p)
-    p.add_argument("--cron", required=True, help="five-field cron, e.g. '0 3 * * *'")
+    p.add_argument("--cron", help="to create: five-field cron, e.g. '0 3 * * *'")
     p.add_argument("--max-concurrency", type=int, default=1)
     p.add_argument("--no-catchup", action="store_true", help="skip runs missed while paused")
-    p.add_argument("--experiment", default="gpupipe")
+    p.add_argument("--experiment", default=None)
     p.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser("runs", help="list recent KFP runs")
@@ -320,11 +342,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _experiment_default(args: argparse.Namespace) -> None:
+    """`--experiment` defaults to gpupipe; `schedule list` lists every experiment's unless given."""
+    if hasattr(args, "experiment") and args.func is cmd_schedule:
+        args.experiment_given = args.experiment is not None
+        args.experiment = args.experiment or "gpupipe"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     # Libraries' notices about their own future (kfp, google-api-core) are not the user's
     # business on the terminal; errors the user can cause are one line each.
     warnings.filterwarnings("ignore", category=FutureWarning)
     args = build_parser().parse_args(argv)
+    _experiment_default(args)
     try:
         return args.func(args)
     except GpupipeError as err:

@@ -215,6 +215,28 @@ def schedule(client, config: PipelineConfig, package_text: str, sha: str, experi
     return uploaded, job, deleted
 
 
+def change_schedules(client, config: PipelineConfig, experiment: str, action: str) -> List[str]:
+    """Pauses, resumes or deletes the recurring run(s) of `config` in `experiment`; returns
+    their ids."""
+    exp = client.get_experiment(experiment_name=experiment)
+    name = schedule_name(config)
+    jobs = [j for j in client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100,
+                                                  filter=_by_name(name)).recurring_runs or []
+            if j.display_name == name]
+    do = {"pause": client.disable_recurring_run, "resume": client.enable_recurring_run,
+          "delete": client.delete_recurring_run}[action]
+    for job in jobs:
+        do(job.recurring_run_id)
+    return [job.recurring_run_id for job in jobs]
+
+
+def list_schedules(client, experiment: Optional[str] = None) -> List[dict]:
+    experiment_id = client.get_experiment(experiment_name=experiment).experiment_id if experiment else None
+    jobs = client.list_recurring_runs(experiment_id=experiment_id, page_size=100).recurring_runs or []
+    return [{"id": j.recurring_run_id, "name": j.display_name, "status": j.status or "-",
+             "cron": getattr(getattr(j.trigger, "cron_schedule", None), "cron", None) or "-"} for j in jobs]
+
+
 def run_url(host: str, run_id: str) -> str:
     """The run's page in the Kubeflow Pipelines UI."""
     return f"{host.rstrip('/')}/#/runs/details/{run_id}"

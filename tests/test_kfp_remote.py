@@ -194,3 +194,21 @@ def test_the_token_never_travels_in_clear_text_nor_to_another_host(monkeypatch):
         for server in (first, other):
             server.shutdown()
             server.server_close()
+
+
+def test_schedules_pause_resume_list_and_delete(kfp_api):
+    assert gpupipe("schedule", "configs/penguins.yaml", "--host", kfp_api.url, "--cron", "0 3 * * *").returncode == 0
+    (job_id,) = kfp_api.state.recurring_runs
+    paused = gpupipe("schedule", "pause", "configs/penguins.yaml", "--host", kfp_api.url)
+    assert paused.returncode == 0 and paused.stdout.strip() == f"paused {job_id}"
+    assert kfp_api.state.recurring_runs[job_id]["status"] == "DISABLED"
+    listed = gpupipe("schedule", "list", "--host", kfp_api.url)
+    assert listed.returncode == 0 and listed.stdout.split() == ["DISABLED", "0", "0", "3", "*", "*", "*", job_id,
+                                                                "penguins-schedule"]
+    assert gpupipe("schedule", "resume", "configs/penguins.yaml", "--host", kfp_api.url).returncode == 0
+    assert kfp_api.state.recurring_runs[job_id]["status"] == "ENABLED"
+    deleted = gpupipe("schedule", "delete", "configs/penguins.yaml", "--host", kfp_api.url)
+    assert deleted.returncode == 0 and deleted.stdout.strip() == f"deleted {job_id}"
+    assert not kfp_api.state.recurring_runs
+    again = gpupipe("schedule", "delete", "configs/penguins.yaml", "--host", kfp_api.url)
+    assert again.returncode == 1 and again.stdout.strip() == "no schedule of penguins in experiment gpupipe"

@@ -109,7 +109,8 @@ class TrainSettings(Strict):
             fields = cls.model_fields
             steps = data.get("checkpoint_steps", fields["checkpoint_steps"].default)
             retries = data.get("retries", fields["retries"].default)
-            data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS), "retries": max(retries, SPOT_RETRIES)}
+            data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS),
+                    "retries": max(retries, SPOT_RETRIES)}
         return data
 
     @field_validator("hidden_units")

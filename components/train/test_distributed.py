@@ -59,7 +59,8 @@ def start_workers(tmp_path, examples, stats, jobset=False, **settings):
         if jobset:
             extra = {WORKERS_ENV: ",".join(hosts), INDEX_ENV: str(index)}
         else:
-            extra = {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})}
+            tf_config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
+            extra = {"TF_CONFIG": json.dumps(tf_config)}
         cmd = train_command(examples, stats, tmp_path / "model", tmp_path / "backup", tmp_path / f"report-{index}",
                             **settings)
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(**extra), stdout=subprocess.PIPE,
