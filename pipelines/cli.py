@@ -129,6 +129,24 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_versions(args: argparse.Namespace) -> int:
+    from components.store.base import ServingStore
+    from components.store.served import version_records
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    records = version_records(ServingStore(base, config.serving.model_name))
+    if not records:
+        print(f"no versions of {config.serving.model_name} under {base}")
+    metric = config.evaluation.metric
+    for r in records:
+        value = r["metrics"].get(metric)
+        shown = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else f"{metric} -"
+        print(f"{r['version']:>4}  {','.join(r['labels']) or '-':<14} {shown:<18} model {r['digest'][:12] or '-':<12} "
+              f"run {r['run_id'] or '-'}")
+    return 0
+
+
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
@@ -286,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=int, help="version to serve (default: the one before the current stable)")
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("versions", help="list the versions under the serving base: labels, metric, model digest, run")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_versions)
 
     p = sub.add_parser("upload", help="upload compiled pipelines to KFP as a new version (named by version and git SHA)")
     p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")

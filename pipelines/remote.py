@@ -20,6 +20,28 @@ from pipelines.config import PipelineConfig
 from pipelines.version import __version__
 
 TOKEN_ENV = "KFP_TOKEN"
+TOKEN_FILE_ENV = "KFP_TOKEN_FILE"
+# Inside a Kubeflow cluster: the projected token KFP gives pipeline pods, else the pod's own.
+IN_CLUSTER_TOKENS = ("/var/run/secrets/kubeflow/pipelines/token", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def kfp_token(in_cluster_paths=IN_CLUSTER_TOKENS) -> Optional[str]:
+    """The bearer token for the KFP API: $KFP_TOKEN, else the file $KFP_TOKEN_FILE names,
+    else an in-cluster service-account token; None (kfp.Client's kube config) otherwise."""
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV].strip()
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as err:
+            raise GpupipeError(f"{TOKEN_FILE_ENV}: cannot read {path} ({err.strerror}); fix the path") from None
+    for candidate in in_cluster_paths:
+        if os.path.isfile(candidate):
+            with open(candidate, encoding="utf-8") as f:
+                return f.read().strip()
+    return None
 DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 # KFP's six cron fields: (name, lowest, highest, names allowed)
 _CRON_FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
@@ -97,9 +119,9 @@ def check_token_transport(host: str) -> None:
     """The KFP token travels only over https, or to this machine."""
     parsed = urlparse(host)
     loopback = parsed.hostname in ("localhost", "::1") or (parsed.hostname or "").startswith("127.")
-    if os.environ.get(TOKEN_ENV) and parsed.scheme != "https" and not loopback:
-        raise GpupipeError(f"--host {host}: {TOKEN_ENV} is set and would travel in clear text; use the https:// URL "
-                           f"of the KFP API (or unset {TOKEN_ENV})")
+    if kfp_token() and parsed.scheme != "https" and not loopback:
+        raise GpupipeError(f"--host {host}: a KFP token is set and would travel in clear text; use the https:// URL "
+                           f"of the KFP API (or unset {TOKEN_ENV} / {TOKEN_FILE_ENV})")
 
 
 class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
@@ -117,7 +139,7 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
     check_token_transport(host)
     url = host.rstrip("/") + "/apis/v2beta1/healthz"
     request = urllib.request.Request(url)
-    token = os.environ.get(TOKEN_ENV)
+    token = kfp_token()
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -126,7 +148,7 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise GpupipeError(f"--host {host}: the KFP API refused the credentials (HTTP {err.code}); "
-                               f"set {TOKEN_ENV} or refresh your kube config") from None
+                               f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) or refresh your kube config") from None
         raise GpupipeError(f"--host {host}: the KFP API answered HTTP {err.code} at {url}; "
                            "check the URL (it should end at the ml-pipeline service or the Kubeflow gateway)") from None
     except (urllib.error.URLError, OSError) as err:
@@ -139,7 +161,7 @@ def connect(host: str, namespace: Optional[str] = None):
 
     host = check_host(host)
     check_reachable(host)
-    return kfp.Client(host=host, namespace=namespace, existing_token=os.environ.get(TOKEN_ENV))
+    return kfp.Client(host=host, namespace=namespace, existing_token=kfp_token())
 
 
 @dataclass

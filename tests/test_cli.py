@@ -132,3 +132,22 @@ def test_compile_refuses_a_cluster_location_a_pod_would_lose(tmp_path, edit, exp
     bad = config_with(tmp_path, edit)
     assert one_line_error(gpupipe("compile", bad, "--output-dir", str(tmp_path / "o"))) == expected
     assert not (tmp_path / "o").exists()
+
+
+def test_versions_lists_labels_metric_model_and_run(tmp_path):
+    from components.push.logic import push_model
+
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    (model / "variables" / "variables.index").write_bytes(b"i")
+    base = str(tmp_path / "serving")
+    push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a")
+    (model / "saved_model.pb").write_bytes(b"pb2")
+    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b")
+    out = gpupipe("versions", "configs/penguins.yaml", "--serving-base", base)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert [line.split()[:4] for line in lines] == [["1", "-", "accuracy", "0.9700"],
+                                                     ["2", "stable", "accuracy", "0.9800"]]
+    assert lines[1].endswith("run run-b") and second.version == 2

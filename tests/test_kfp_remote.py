@@ -188,7 +188,7 @@ def test_the_token_never_travels_in_clear_text_nor_to_another_host(monkeypatch):
     try:
         check_reachable(f"http://127.0.0.1:{first.server_address[1]}")
         assert seen == {"first": "Bearer secret-token", "authorization": None}
-        with pytest.raises(GpupipeError, match="KFP_TOKEN is set and would travel in clear text; use the https://"):
+        with pytest.raises(GpupipeError, match="a KFP token is set and would travel in clear text; use the https://"):
             check_reachable("http://kubeflow.example.com/pipeline")
     finally:
         for server in (first, other):
@@ -212,3 +212,24 @@ def test_schedules_pause_resume_list_and_delete(kfp_api):
     assert not kfp_api.state.recurring_runs
     again = gpupipe("schedule", "delete", "configs/penguins.yaml", "--host", kfp_api.url)
     assert again.returncode == 1 and again.stdout.strip() == "no schedule of penguins in experiment gpupipe"
+
+
+def test_the_token_comes_from_the_environment_a_file_or_the_cluster(tmp_path, monkeypatch):
+    from components.contracts.errors import GpupipeError
+    from pipelines.remote import kfp_token
+
+    in_cluster = tmp_path / "serviceaccount-token"
+    monkeypatch.delenv("KFP_TOKEN", raising=False)
+    monkeypatch.delenv("KFP_TOKEN_FILE", raising=False)
+    assert kfp_token(in_cluster_paths=(str(in_cluster),)) is None  # kfp.Client's kube config then
+    in_cluster.write_text("pod-token\n")
+    assert kfp_token(in_cluster_paths=(str(in_cluster),)) == "pod-token"
+    (tmp_path / "token").write_text("file-token\n")
+    monkeypatch.setenv("KFP_TOKEN_FILE", str(tmp_path / "token"))
+    assert kfp_token(in_cluster_paths=(str(in_cluster),)) == "file-token"
+    monkeypatch.setenv("KFP_TOKEN", "env-token")
+    assert kfp_token() == "env-token"
+    monkeypatch.delenv("KFP_TOKEN")
+    monkeypatch.setenv("KFP_TOKEN_FILE", str(tmp_path / "missing"))
+    with pytest.raises(GpupipeError, match=f"KFP_TOKEN_FILE: cannot read {tmp_path / 'missing'} "):
+        kfp_token()

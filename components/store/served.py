@@ -94,3 +94,20 @@ def rollback(base: str, model_name: str, to: Optional[int] = None) -> Tuple[Opti
                            f"{', '.join(map(str, versions))})")
     set_labels(store, {models_config.STABLE: to})
     return current, to
+
+
+def version_records(store: ServingStore) -> List[dict]:
+    """What is recorded of each whole version, oldest first: its labels, the model's digest,
+    the KFP run that pushed it and the evaluation metrics it was blessed with."""
+    import json
+
+    by_version: dict = {}
+    for label, version in current_labels(store).items():
+        by_version.setdefault(version, []).append(label)
+    records = []
+    for version in store.versions():
+        model = json.loads(store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{MODEL_FILE}") or "{}")
+        metrics = json.loads(store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{METRICS_FILE}") or "{}")
+        records.append({"version": version, "labels": sorted(by_version.get(version, [])),
+                        "digest": model.get("digest", ""), "run_id": model.get("run_id", ""), "metrics": metrics})
+    return records
