@@ -155,18 +155,16 @@ def test_the_token_never_travels_in_clear_text_nor_to_another_host(monkeypatch):
     """Over plain http to another machine the token is refused; a redirect to another host
     (here 127.0.0.2, a second loopback address) does not carry it."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     from components.contracts.errors import GpupipeError
     from pipelines.remote import check_reachable
     from tests.fixtures.gcs import free_port
+    from tests.fixtures.http import JsonHandler
 
     seen = {}
 
-    class Elsewhere(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Elsewhere(JsonHandler):
         def do_GET(self):
             seen["authorization"] = self.headers.get("Authorization")
             self.send_response(200)
