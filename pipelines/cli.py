@@ -111,7 +111,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
         ingest_data(resolve_local_path(data.source), tmp, data.label, list(data.numeric_features),
                     list(data.categorical_features), data.split.eval_percent, data.split.key,
                     numeric_label=config.training.task == "regression", data_format=data.format)
-        schema = infer_schema(split_statistics(tmp, "train"), data.label)
+        schema = infer_schema(split_statistics(tmp, "train"), data.label, config.validation)
     tfdv.write_schema_text(schema, str(output))
     print(f"wrote the inferred schema of {data.source} to {output}; review it, then set "
           f"validation.schema_file: {output} in {args.config}")

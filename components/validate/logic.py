@@ -72,18 +72,25 @@ def beam_split_statistics(examples_dir: str, split: str, pipeline_args: List[str
     return stats
 
 
-def infer_schema(train_stats, label: str):
-    """TFDV's inferred schema, with two deliberate edits: the label must be present in
-    every example; other features may be missing (the model imputes them)."""
+def infer_schema(train_stats, label: str, settings: Optional[ValidationSettings] = None):
+    """TFDV's inferred schema, with deliberate edits: the label must be present in every
+    example; other features may be missing (the model imputes them); a categorical
+    feature's values unseen in training are an anomaly only past the tolerance (the model
+    maps them to its out-of-vocabulary row or a hash bucket), a new label value always."""
     import tensorflow_data_validation as tfdv
 
+    settings = settings or ValidationSettings()
     schema = tfdv.infer_schema(train_stats, infer_feature_shape=False)
     for feature in schema.feature:
         if feature.name == label:
             feature.presence.min_fraction = 1.0
             feature.presence.min_count = 1
-        else:
-            feature.presence.min_fraction = 0.0
+            continue
+        feature.presence.min_fraction = 0.0
+        if feature.HasField("domain"):  # a string domain (TFDV keeps them at the schema's top level)
+            tolerance = settings.unseen_category_tolerance_by_feature.get(feature.name,
+                                                                          settings.unseen_category_tolerance)
+            feature.distribution_constraints.min_domain_mass = 1.0 - tolerance
     return schema
 
 
@@ -173,7 +180,7 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
                                "`gpupipe schema CONFIG` or remove the key to infer it")
         schema = tfdv.load_schema_text(settings.schema_file)
     else:
-        schema = infer_schema(statistics[names.TRAIN_SPLIT], label)
+        schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
     if settings.skew_threshold:

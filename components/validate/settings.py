@@ -36,3 +36,9 @@ class ValidationSettings(Strict):
         default_factory=list, description="e.g. [--runner=DataflowRunner, --project=p, --region=r, "
                                           "--temp_location=gs://b/tmp]")
     drift: DriftSettings = DriftSettings()
+    unseen_category_tolerance: float = Field(
+        0.01, ge=0, lt=1, description="share of a split's values of a categorical feature that may be unseen in "
+                                      "training (the model maps them to an out-of-vocabulary row); more is an "
+                                      "anomaly; new label values always are")
+    unseen_category_tolerance_by_feature: Dict[str, float] = Field(default_factory=dict,
+                                                                   description="per-feature tolerances")

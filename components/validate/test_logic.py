@@ -195,3 +195,32 @@ def test_ingest_statistics_match_statistics_decoded_from_the_shards(penguin_exam
                     for f in dataset.features}
 
         assert missing(a) == missing(b) and sum(missing(a).values()) > 0
+
+
+def test_a_few_unseen_categories_are_tolerated_and_more_are_not():
+    """Eval values of a categorical feature unseen in training: within the tolerance (1% by
+    default) the model's out-of-vocabulary row takes them; past it, or for the label, they
+    are an anomaly."""
+    import pandas as pd
+    import tensorflow_data_validation as tfdv
+
+    from components.validate.logic import describe_anomalies, infer_schema
+
+    train = tfdv.generate_statistics_from_dataframe(pd.DataFrame(
+        {"label": ["a", "b"] * 200, "color": ["red", "blue"] * 200}))
+
+    def problems(colors, labels=None, **settings):
+        evals = tfdv.generate_statistics_from_dataframe(pd.DataFrame(
+            {"label": labels or (["a", "b"] * len(colors))[:len(colors)], "color": colors}))
+        schema = infer_schema(train, "label", ValidationSettings(**settings))
+        return describe_anomalies("eval", tfdv.validate_statistics(evals, schema))
+
+    few = ["red", "blue"] * 100 + ["purple"]  # 1 in 201: under 1%
+    assert problems(few[:-1] + ["red"]) == [] and problems(few + ["red"]) == []
+    assert [p.split(":")[1].strip() for p in problems(few + ["red"], unseen_category_tolerance=0.0)] == [
+        "feature 'color'"]
+    many = ["red", "blue"] * 40 + ["purple", "green"] * 10  # 20%
+    assert [p.split(":")[1].strip() for p in problems(many)] == ["feature 'color'"]
+    assert problems(many, unseen_category_tolerance_by_feature={"color": 0.25}) == []
+    assert [p.split(":")[1].strip() for p in problems(few + ["red"], labels=["a", "b"] * 100 + ["c", "a"])] == [
+        "feature 'label'"]
