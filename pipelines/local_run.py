@@ -135,9 +135,9 @@ class _ProgressTee(io.TextIOBase):
         print(text, file=self._console, flush=True)
 
     def _progress(self, line: str) -> None:
-        text = f"  {self._running or '':<{STEP_COLUMN}} {line.split(PROGRESS, 1)[1].strip()}"
         if self._quiet:
             return
+        text = f"  {self._running or '':<{STEP_COLUMN}} {line.split(PROGRESS, 1)[1].strip()}"
         if self._tty:
             self._console.write(f"\r\x1b[K{text}")
             self._console.flush()

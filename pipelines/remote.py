@@ -205,6 +205,13 @@ def submit(client, config: PipelineConfig, package_text: str, sha: str, experime
     return uploaded, run
 
 
+def _schedules_named(client, experiment_id: str, name: str) -> list:
+    """The recurring runs called `name` in the experiment (the API's filter, then exactly)."""
+    found = client.list_recurring_runs(experiment_id=experiment_id, page_size=100,
+                                       filter=_by_name(name)).recurring_runs or []
+    return [job for job in found if job.display_name == name]
+
+
 def schedule_name(config: PipelineConfig) -> str:
     return f"{config.name}-schedule"
 
@@ -218,8 +225,7 @@ def schedule(client, config: PipelineConfig, package_text: str, sha: str, experi
     uploaded = upload_version(client, config, package_text, version_name(sha))
     exp = client.create_experiment(experiment)
     name = schedule_name(config)
-    existing = client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100,
-                                          filter=_by_name(name)).recurring_runs or []
+    existing = _schedules_named(client, exp.experiment_id, name)
     try:
         job = client.create_recurring_run(
             experiment_id=exp.experiment_id, job_name=name, description=f"gpupipe {uploaded.version_name}",
@@ -231,7 +237,7 @@ def schedule(client, config: PipelineConfig, package_text: str, sha: str, experi
         raise GpupipeError(f"schedule {name}: KFP refused to create it ({reason}){kept}") from None
     deleted: List[str] = []
     for old in existing:
-        if old.display_name == name and old.recurring_run_id != job.recurring_run_id:
+        if old.recurring_run_id != job.recurring_run_id:
             client.delete_recurring_run(old.recurring_run_id)
             deleted.append(old.recurring_run_id)
     return uploaded, job, deleted
@@ -241,10 +247,7 @@ def change_schedules(client, config: PipelineConfig, experiment: str, action: st
     """Pauses, resumes or deletes the recurring run(s) of `config` in `experiment`; returns
     their ids."""
     exp = client.get_experiment(experiment_name=experiment)
-    name = schedule_name(config)
-    jobs = [j for j in client.list_recurring_runs(experiment_id=exp.experiment_id, page_size=100,
-                                                  filter=_by_name(name)).recurring_runs or []
-            if j.display_name == name]
+    jobs = _schedules_named(client, exp.experiment_id, schedule_name(config))
     do = {"pause": client.disable_recurring_run, "resume": client.enable_recurring_run,
           "delete": client.delete_recurring_run}[action]
     for job in jobs:

@@ -126,23 +126,23 @@ class ServingStore:
         download_prefix(self.version_path(version), into)
         return into
 
+    def _read(self, location: str) -> Optional[str]:
+        """A small text file (local path or gs:// URI), None when absent."""
+        if is_gcs(location):
+            bucket_name, name = split_gcs(location)
+            blob = gcs_client().bucket(bucket_name).blob(name)
+            return blob.download_as_text() if blob.exists() else None
+        return open(location, encoding="utf-8").read() if os.path.isfile(location) else None
+
     def read_text(self, relative: str) -> Optional[str]:
         """A small file under the model's root (e.g. `3/assets.extra/...`), None when absent."""
         if is_gcs(self.base):
-            bucket_name, name = split_gcs(f"{self.model_root}/{relative}")
-            blob = gcs_client().bucket(bucket_name).blob(name)
-            return blob.download_as_text() if blob.exists() else None
-        path = os.path.join(self.model_root, relative)
-        return open(path, encoding="utf-8").read() if os.path.isfile(path) else None
+            return self._read(f"{self.model_root}/{relative}")
+        return self._read(os.path.join(self.model_root, relative))
 
     # -- models.config ----------------------------------------------------------------
     def read_models_config(self) -> Optional[str]:
-        if is_gcs(self.base):
-            bucket_name, name = split_gcs(self.models_config_path)
-            blob = gcs_client().bucket(bucket_name).blob(name)
-            return blob.download_as_text() if blob.exists() else None
-        path = self.models_config_path
-        return open(path, encoding="utf-8").read() if os.path.isfile(path) else None
+        return self._read(self.models_config_path)
 
     def write_models_config(self, text: str) -> None:
         """Replaces models.config in one step (TF Serving may poll it at any moment)."""

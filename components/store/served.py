@@ -4,6 +4,7 @@ with each version for the next run (statistics and schema: the drift baseline; m
 TF Serving warmup requests)."""
 from __future__ import annotations
 
+import json
 import os
 from typing import List, Optional, Tuple
 
@@ -53,13 +54,15 @@ def current_labels(store: ServingStore) -> dict:
     return models_config.labels(store.read_models_config(), store.model_name)
 
 
+def _stored_json(store: ServingStore, version: int, name: str) -> dict:
+    """A JSON file stored with a version under assets.extra/gpupipe/ ({} when absent)."""
+    return json.loads(store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{name}") or "{}")
+
+
 def version_of(store: ServingStore, digest: str, run_id: str) -> Optional[int]:
     """The newest whole version that run `run_id` pushed of the model with this digest."""
-    import json
-
     for version in reversed(store.versions()):
-        text = store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{MODEL_FILE}")
-        if text and json.loads(text) == {"digest": digest, "run_id": run_id}:
+        if _stored_json(store, version, MODEL_FILE) == {"digest": digest, "run_id": run_id}:
             return version
     return None
 
@@ -99,15 +102,13 @@ def rollback(base: str, model_name: str, to: Optional[int] = None) -> Tuple[Opti
 def version_records(store: ServingStore) -> List[dict]:
     """What is recorded of each whole version, oldest first: its labels, the model's digest,
     the KFP run that pushed it and the evaluation metrics it was blessed with."""
-    import json
-
     by_version: dict = {}
     for label, version in current_labels(store).items():
         by_version.setdefault(version, []).append(label)
     records = []
     for version in store.versions():
-        model = json.loads(store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{MODEL_FILE}") or "{}")
-        metrics = json.loads(store.read_text(f"{version}/{EXTRA_DIR}/{GPUPIPE_DIR}/{METRICS_FILE}") or "{}")
+        model = _stored_json(store, version, MODEL_FILE)
+        metrics = _stored_json(store, version, METRICS_FILE)
         records.append({"version": version, "labels": sorted(by_version.get(version, [])),
                         "digest": model.get("digest", ""), "run_id": model.get("run_id", ""), "metrics": metrics})
     return records
