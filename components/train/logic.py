@@ -38,14 +38,29 @@ def learning_rate_schedule(rate: float, schedule, total_steps: int):
 
 
 def make_optimizer(name: str, learning_rate):
-    """tf_keras optimizers by config name (a rate or a LearningRateSchedule)."""
+    """tf_keras optimizers by config name (a rate or a LearningRateSchedule).
+
+    The `optimizers.legacy` classes: each variable's update is one fused kernel
+    (ResourceApplyAdam, ResourceSparseApplyAdagradV2, ...) where the newer classes build
+    the same update from about ten ops per variable in Python; Adam also applies embedding
+    gradients densely (components.train.runtime.Adam). Same update rules, a train step with
+    fewer ops to trace (docs/benchmarks.md)."""
     import tf_keras
 
-    optimizers = {"adam": tf_keras.optimizers.Adam, "adagrad": tf_keras.optimizers.Adagrad,
-                  "ftrl": tf_keras.optimizers.Ftrl, "sgd": tf_keras.optimizers.SGD}
+    from components.train.runtime import Adam
+
+    legacy = tf_keras.optimizers.legacy
+    optimizers = {"adam": Adam, "adagrad": legacy.Adagrad, "ftrl": legacy.Ftrl, "sgd": legacy.SGD}
     if name not in optimizers:
         raise GpupipeError(f"training.optimizer: '{name}' is not one of {', '.join(optimizers)}")
     return optimizers[name](learning_rate)
+
+
+def build_optimizer_slots(optimizer, variables) -> None:
+    """The optimizer's slot variables now, not in the first step: a tf.function that creates
+    variables on its first call is traced twice. (tf_keras' own route for a legacy
+    optimizer, the one `Model.load_weights` takes.)"""
+    optimizer._create_all_weights(variables)
 
 
 def parsed_bytes_per_row(specs: FeatureSpecs, train_stats=None) -> int:
@@ -120,9 +135,7 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
             metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
                       jit_compile=settings.xla)
-        # The optimizer's slots now, not in the first step: a tf.function that creates
-        # variables on its first call is traced twice.
-        model.optimizer.build(model.trainable_variables)
+        build_optimizer_slots(model.optimizer, model.trainable_variables)
     return model
 
 
@@ -217,7 +230,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         if backup and chief:
             backup.discard()  # the model is whole; a later retry need not resume
 
-        steps_run = int(model.optimizer.iterations.numpy()) - resume.resumed_from
+        optimizer_steps = int(model.optimizer.iterations.numpy())
+        steps_run = optimizer_steps - resume.resumed_from
         p50, p95 = timer.percentiles()
         first_epoch, steady_epoch = timer.first_and_steady_epoch()
         workers = cluster_workers(tf_config)
@@ -231,7 +245,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "epochs": s.epochs,
             "epochs_run": len(history.history["loss"]),
             "steps_per_epoch": steps_per_epoch,
-            "optimizer_steps": int(model.optimizer.iterations.numpy()),
+            "optimizer_steps": optimizer_steps,
             "train_function_traces": traces(model.train_function),
             "resumed_from_step": resume.resumed_from,
             "preemptions": backup.history["preemptions"] if backup else 0,
@@ -280,26 +294,21 @@ def strategy_name(strategy) -> str:
 
 
 def compute_only_step_seconds(model, dataset, strategy, steps: int = 30) -> Optional[float]:
-    """Median step time of a copy of the model, run through Keras' own train function on one
-    batch held in memory: the step time without input wait. The training steps' median
-    against this gives the input-wait fraction."""
+    """Median time of the model's own train step on one batch held in memory: the step time
+    without input wait. The training steps' median against this gives the input-wait
+    fraction. Called after the export: the extra steps change only this in-memory copy,
+    which is discarded. The batch comes from the training dataset itself, so the step's
+    input has the same spec and the train function is not traced again."""
     import numpy as np
-    import tensorflow as tf
-    import tf_keras
 
     try:
-        batch = next(iter(dataset.take(1)))
-        with strategy.scope():
-            clone = tf_keras.models.clone_model(model)
-            clone.compile(optimizer=type(model.optimizer).from_config(model.optimizer.get_config()),
-                          loss=model.loss, jit_compile=model._jit_compile)
-        iterator = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch).repeat()))
-        train_function = clone.make_train_function()
-        train_function(iterator)  # trace
+        held = dataset.take(1).cache().repeat()
+        iterator = iter(strategy.experimental_distribute_dataset(held))
+        model.train_function(iterator)  # fills the cache
         times = []
         for _ in range(steps):
             t = time.perf_counter()
-            train_function(iterator)
+            model.train_function(iterator)
             times.append(time.perf_counter() - t)
         return float(np.percentile(times, 50))
     except Exception as err:  # a measurement, never a reason to fail training

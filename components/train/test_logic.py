@@ -121,10 +121,43 @@ def test_optimizers_by_name():
     from components.contracts.errors import GpupipeError
     from components.train.logic import make_optimizer
 
-    assert isinstance(make_optimizer("adagrad", 0.05), tf_keras.optimizers.Adagrad)
-    assert isinstance(make_optimizer("adam", 1e-3), tf_keras.optimizers.Adam)
+    assert isinstance(make_optimizer("adagrad", 0.05), tf_keras.optimizers.legacy.Adagrad)
+    assert isinstance(make_optimizer("adam", 1e-3), tf_keras.optimizers.legacy.Adam)
+    assert isinstance(make_optimizer("sgd", 0.1), tf_keras.optimizers.legacy.SGD)
     with pytest.raises(GpupipeError, match="training.optimizer: 'lamb' is not one of"):
         make_optimizer("lamb", 0.1)
+
+
+def test_adam_applies_embedding_gradients_densely_with_the_same_result_as_the_sparse_path():
+    """components.train.runtime.Adam against tf_keras' own legacy Adam, whose sparse path
+    updates every row's moments too: the same weights after a few steps on an embedding
+    (rows looked up twice in a batch, rows never looked up) and a dense layer."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    from components.train.runtime import Adam, graph_code_without_autograph
+
+    graph_code_without_autograph()  # as the trainer does
+
+    def train(optimizer):
+        tf_keras.utils.set_random_seed(3)
+        ids = tf_keras.Input((2,), dtype=tf.int32)
+        x = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(50, 4)(ids))
+        model = tf_keras.Model(ids, tf_keras.layers.Dense(1)(x))
+        model.compile(optimizer=optimizer, loss="mse")
+        initial = model.get_weights()
+        rows = np.array([[1, 1], [2, 7], [7, 9], [1, 30]], dtype=np.int32)  # rows 0, 3-6, ... never looked up
+        model.fit(rows, np.array([0.5, -1.0, 2.0, 0.0]), batch_size=4, epochs=5, verbose=0)
+        assert int(model.optimizer.iterations.numpy()) == 5
+        return initial, model.get_weights()
+
+    (initial, fused), (_, library) = train(Adam(0.1)), train(tf_keras.optimizers.legacy.Adam(0.1))
+    looked_up = [1, 2, 7, 9, 30]
+    assert not np.allclose(fused[0][looked_up], initial[0][looked_up])  # the embedding rows trained
+    np.testing.assert_array_equal(np.delete(fused[0], looked_up, axis=0), np.delete(initial[0], looked_up, axis=0))
+    for mine, theirs in zip(fused, library):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
 
 
 def test_early_stopping_ends_training_when_the_metric_stops_improving(tmp_path, penguin_examples, penguin_validation):
