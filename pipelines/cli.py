@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run, schema, rollback, manifest, upload, submit, schedule, runs.
+"""The gpupipe command line: compile, run, report, schema, rollback, manifest, upload, submit, schedule, runs.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -266,6 +266,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipelines.reports import open_in_browser, run_page
+
+    target = Path(args.target)
+    if target.is_file():
+        raise GpupipeError(f"report: {target}: the pool view of a config is not built yet; give a run directory")
+    page = run_page(target)
+    print(page)
+    if args.open and not open_in_browser(page):
+        raise GpupipeError(f"report --open: no web browser found to open {page}; open the file by hand")
+    return 0
+
+
 def _kfp_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", required=True, help="KFP API URL, e.g. https://kubeflow.example.com/pipeline")
     p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
@@ -344,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment")
     p.add_argument("--limit", type=int, default=10)
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("report", help="print the path of a local run's HTML report (RUN_DIR; --open opens it)")
+    p.add_argument("target", metavar="RUN_DIR")
+    p.add_argument("--open", action="store_true", help="open the page in a web browser")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model, or (--rbac) the "
                                         "Role and RoleBinding the train task needs to launch multi-worker jobs")
