@@ -70,6 +70,24 @@ def test_gpupipe_report_prints_the_run_pages_path(first_run):
         assert section in text, section
 
 
+def test_the_run_report_renders_its_plots_in_a_browser_without_network(first_run):
+    """Headless Chromium, the network cut off: each figure's div holds the SVG Plotly drew
+    (plotly.js inlined in the page ran), with the run's own numbers."""
+    from tests.fixtures.browser import drawn_plots, rendered_dom
+
+    tmp_path, _, _ = first_run
+    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    plots = drawn_plots(rendered_dom(str(run_dir / "report.html")))
+    assert sorted(plots) == ["plot-confusion", "plot-loss", "plot-metrics"]  # three classes, nothing served before
+    assert all(p["main_svg"] >= 1 for p in plots.values()), plots
+    epochs = len(json.loads((run_dir / "train" / "report" / "report.json").read_text())["history"]["loss"])
+    assert epochs == 40 and plots["plot-loss"]["traces"] == ["scatter"] and plots["plot-loss"]["points"] == epochs
+    assert plots["plot-metrics"]["traces"] == ["scatter"] and plots["plot-metrics"]["points"] == epochs
+    evaluation = json.loads((run_dir / "evaluate" / "blessing" / "evaluation.json").read_text())
+    assert plots["plot-confusion"]["traces"] == ["heatmap"]
+    assert plots["plot-confusion"]["labels"] == [str(n) for row in evaluation["confusion_matrix"] for n in row]
+
+
 def test_live_progress_shows_on_a_non_tty(first_run):
     """stderr is a pipe here: plain progress lines, the first and the last epoch at least."""
     _, _, console = first_run
