@@ -256,13 +256,25 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from pipelines.remote import recent_runs
+    from pipelines.remote import format_duration, recent_runs
 
-    runs = recent_runs(_client(args), args.limit, args.experiment)
+    pushed_by_run = None
+    if args.config or args.serving_base:
+        from components.store.base import ServingStore
+        from components.store.served import version_records
+
+        config = load_config(args.config) if args.config else None
+        if config is None and not args.model:
+            raise GpupipeError("runs --serving-base: give the model with --model NAME, or give --config CONFIG")
+        base = args.serving_base or config.cluster.serving_base or config.serving.base
+        model = args.model or config.serving.model_name
+        pushed_by_run = {r["run_id"]: r["version"] for r in version_records(ServingStore(base, model)) if r["run_id"]}
+    runs = recent_runs(_client(args), args.limit, args.experiment, pushed_by_run)
     if not runs:
         print("no runs")
     for run in runs:
-        print(f"{run['created']:<26} {run['state'] or '-':<10} {run['id']}  {run['name']}")
+        print(f"{run['created']:<26} {run['state'] or '-':<10} {format_duration(run['seconds']):>7}  "
+              f"{run['pushed']:<16} {run['id']}  {run['name']}")
     return 0
 
 
@@ -352,10 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", default=None)
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser("runs", help="list recent KFP runs")
+    p = sub.add_parser("runs", help="list recent KFP runs: state, duration, the version each pushed")
     _kfp_args(p)
     p.add_argument("--experiment")
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--config", help="read the pushed versions from this config's serving base (cluster.serving_base)")
+    p.add_argument("--serving-base", help="read the pushed versions from this serving base (with --model or --config)")
+    p.add_argument("--model", help="with --serving-base: the model name")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("report", help="print the path of a local run's HTML report (RUN_DIR; --open opens it)")
