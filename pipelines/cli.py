@@ -169,7 +169,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 def _client(args):
     from pipelines.remote import connect
 
-    return connect(args.host, args.namespace)
+    return connect(args.host, args.namespace, args.iap_client_id)
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
@@ -294,6 +294,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _kfp_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", required=True, help="KFP API URL, e.g. https://kubeflow.example.com/pipeline")
     p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    p.add_argument("--iap-client-id", help="behind Identity-Aware Proxy: the IAP OAuth client id; a Google ID token "
+                                           "for it is the bearer token (default: $KFP_IAP_CLIENT_ID)")
 
 
 def build_parser() -> argparse.ArgumentParser:

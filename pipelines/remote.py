@@ -42,6 +42,41 @@ def kfp_token(in_cluster_paths=IN_CLUSTER_TOKENS) -> Optional[str]:
             with open(candidate, encoding="utf-8") as f:
                 return f.read().strip()
     return None
+
+
+IAP_CLIENT_ID_ENV = "KFP_IAP_CLIENT_ID"
+
+
+def iap_token(client_id: str) -> str:
+    """A Google ID token for an IAP-protected endpoint: its OAuth client id is the audience.
+    From a service-account key ($GOOGLE_APPLICATION_CREDENTIALS) or the GCP metadata
+    server (GKE, Compute Engine, Cloud Run), as google-auth finds them."""
+    import google.auth.exceptions
+    import google.auth.transport.requests
+    import google.oauth2.id_token
+
+    where = f"--iap-client-id {client_id}"
+    try:
+        return google.oauth2.id_token.fetch_id_token(google.auth.transport.requests.Request(), client_id)
+    except google.auth.exceptions.DefaultCredentialsError as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise GpupipeError(f"{where}: no Google credentials that give an ID token ({reason}); set "
+                           "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run where the GCP "
+                           "metadata server answers") from None
+    except (google.auth.exceptions.RefreshError, google.auth.exceptions.TransportError, ValueError) as err:
+        reason = (str(err.args[0] if err.args else "").splitlines() or [type(err).__name__])[0][:200]
+        raise GpupipeError(f"{where}: Google gave no ID token for this audience ({reason}); check the client id "
+                           "(the IAP OAuth client of the Kubeflow endpoint) and that the service account may use "
+                           "IAP") from None
+
+
+def auth_token(iap_client_id: Optional[str] = None) -> Optional[str]:
+    """The bearer token for the KFP API: an IAP ID token when an IAP client id is given (or
+    in $KFP_IAP_CLIENT_ID), else kfp_token()."""
+    client_id = iap_client_id or os.environ.get(IAP_CLIENT_ID_ENV)
+    return iap_token(client_id) if client_id else kfp_token()
+
+
 DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 # KFP's six cron fields: (name, lowest, highest, names allowed)
 _CRON_FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
@@ -115,11 +150,11 @@ def check_host(host: str) -> str:
     return host.rstrip("/")
 
 
-def check_token_transport(host: str) -> None:
+def check_token_transport(host: str, token: Optional[str] = None) -> None:
     """The KFP token travels only over https, or to this machine."""
     parsed = urlparse(host)
     loopback = parsed.hostname in ("localhost", "::1") or (parsed.hostname or "").startswith("127.")
-    if kfp_token() and parsed.scheme != "https" and not loopback:
+    if (token or kfp_token()) and parsed.scheme != "https" and not loopback:
         raise GpupipeError(f"--host {host}: a KFP token is set and would travel in clear text; use the https:// URL "
                            f"of the KFP API (or unset {TOKEN_ENV} / {TOKEN_FILE_ENV})")
 
@@ -134,12 +169,12 @@ class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def check_reachable(host: str, timeout: float = 10.0) -> None:
+def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = None) -> None:
     """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s)."""
-    check_token_transport(host)
+    token = token or kfp_token()
+    check_token_transport(host, token)
     url = host.rstrip("/") + "/apis/v2beta1/healthz"
     request = urllib.request.Request(url)
-    token = kfp_token()
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -148,7 +183,8 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise GpupipeError(f"--host {host}: the KFP API refused the credentials (HTTP {err.code}); "
-                               f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) or refresh your kube config") from None
+                               f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}, or --iap-client-id behind IAP) or refresh "
+                               "your kube config") from None
         raise GpupipeError(f"--host {host}: the KFP API answered HTTP {err.code} at {url}; "
                            "check the URL (it should end at the ml-pipeline service or the Kubeflow gateway)") from None
     except (urllib.error.URLError, OSError) as err:
@@ -156,12 +192,13 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
         raise GpupipeError(f"--host {host}: cannot reach the KFP API ({reason}); check the URL and your network") from None
 
 
-def connect(host: str, namespace: Optional[str] = None):
+def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[str] = None):
     import kfp
 
     host = check_host(host)
-    check_reachable(host)
-    return kfp.Client(host=host, namespace=namespace, existing_token=kfp_token())
+    token = auth_token(iap_client_id)
+    check_reachable(host, token=token)
+    return kfp.Client(host=host, namespace=namespace, existing_token=token)
 
 
 @dataclass

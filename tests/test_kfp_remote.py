@@ -271,3 +271,43 @@ def test_the_token_comes_from_the_environment_a_file_or_the_cluster(tmp_path, mo
     monkeypatch.setenv("KFP_TOKEN_FILE", str(tmp_path / "missing"))
     with pytest.raises(GpupipeError, match=f"KFP_TOKEN_FILE: cannot read {tmp_path / 'missing'} "):
         kfp_token()
+
+
+def test_behind_iap_the_bearer_is_a_google_id_token_for_the_client_id(kfp_api, tmp_path):
+    """google-auth signs a JWT with the service account's key, the token endpoint FIXTURE
+    (tests/fixtures/google_oauth.py) answers with an ID token for the IAP client id, and
+    that token is the Authorization header of every request the KFP fixture sees."""
+    from google.auth import jwt
+
+    from tests.fixtures.google_oauth import GoogleTokenFixture
+
+    client_id = "123-abc.apps.googleusercontent.com"
+    with GoogleTokenFixture() as google:
+        env = {"GOOGLE_APPLICATION_CREDENTIALS": str(google.key_file(tmp_path)), "KFP_TOKEN": ""}
+        out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", client_id, env_extra=env)
+        assert out.returncode == 0, out.stderr
+        from_env = gpupipe("runs", "--host", kfp_api.url, env_extra={**env, "KFP_IAP_CLIENT_ID": client_id})
+        assert from_env.returncode == 0, from_env.stderr
+    assert google.audiences == [client_id, client_id]
+    assert jwt.decode(google.issued[0], verify=False)["aud"] == client_id
+    assert len(google.issued) == 2 and len(kfp_api.state.requests) >= 4  # health checks, then the API calls
+    assert {r.headers.get("authorization") for r in kfp_api.state.requests} == {f"Bearer {t}" for t in google.issued}
+
+
+def test_without_google_credentials_iap_auth_is_one_line(kfp_api, tmp_path):
+    from tests.fixtures.google_oauth import GoogleTokenFixture
+
+    nowhere = {"GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_IP": "127.0.0.1:9",
+               "GCE_METADATA_HOST": "127.0.0.1:9", "NO_GCE_CHECK": "False"}
+    out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc", env_extra=nowhere)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: --iap-client-id 123-abc: no Google credentials that give an ID token (")
+    assert "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file" in out.stderr
+    with GoogleTokenFixture() as google:
+        google.refuse = True
+        out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc",
+                      env_extra={"GOOGLE_APPLICATION_CREDENTIALS": str(google.key_file(tmp_path))})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: --iap-client-id 123-abc: Google gave no ID token for this audience (")
+    assert "invalid_grant" in out.stderr
+    assert not kfp_api.state.requests  # nothing reached the KFP API without a token
