@@ -68,6 +68,13 @@ def test_gpupipe_report_prints_the_run_pages_path(first_run):
     assert f"blessed: accuracy {blessing['value']:.4f} (threshold 0.9000)" in text
     for section in ("Release gate", "Throughput and cost", "Slices", "By island", "drift not checked"):
         assert section in text, section
+    # The pool view of the config reads the same run's training report.
+    pool = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", "configs/penguins.yaml", "--runs-dir",
+                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    report = json.loads((run_dir / "train" / "report" / "report.json").read_text())
+    row = pool.stdout.splitlines()[2].split()
+    assert pool.returncode == 0 and row[:3] == [run_dir.name, "0.0000", f"{report['examples_per_second']:,.1f}"]
+    assert row[3] == f"{report['input_wait_fraction']:.1%}", pool.stdout
 
 
 def test_the_run_report_renders_its_plots_in_a_browser_without_network(first_run):
