@@ -268,7 +268,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
             raise GpupipeError("runs --serving-base: give the model with --model NAME, or give --config CONFIG")
         base = args.serving_base or config.cluster.serving_base or config.serving.base
         model = args.model or config.serving.model_name
-        pushed_by_run = {r["run_id"]: r["version"] for r in version_records(ServingStore(base, model)) if r["run_id"]}
+        try:
+            records = version_records(ServingStore(base, model))
+        except Exception as err:  # google-auth's or the storage API's error reading a gs:// base
+            if isinstance(err, GpupipeError):
+                raise
+            reason = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise GpupipeError(f"runs: cannot read the serving base {base} ({reason}); check its credentials "
+                               "(GOOGLE_APPLICATION_CREDENTIALS) or leave out --config/--serving-base") from None
+        pushed_by_run = {r["run_id"]: r["version"] for r in records if r["run_id"]}
     runs = recent_runs(_client(args), args.limit, args.experiment, pushed_by_run)
     if not runs:
         print("no runs")
