@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("fingerprint", "ingest", "validate", "train", "evaluate", "push")
+STEPS = ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report")
 _STEP_LINE = re.compile(r"^  (\w+)\s+SUCCESS\s+([\d.]+)s$")
 _METRIC_LINE = re.compile(r"^  eval (\w+): ([\d.]+) ")
 
@@ -40,6 +40,7 @@ STEP_LIBRARIES = {
     "train": ["components.train.model", "components.train.runtime"],
     "evaluate": ["tensorflow"],
     "push": ["tensorflow", "tensorflow_serving.apis.prediction_log_pb2", "google.cloud.storage"],
+    "report": ["plotly.io", "tensorflow_metadata.proto.v0.anomalies_pb2", "google.protobuf.text_format"],
 }
 
 

@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run, schema, rollback, manifest, upload, submit, schedule, runs.
+"""The gpupipe command line: compile, run, report, schema, rollback, manifest, upload, submit, schedule, runs.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -169,7 +169,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 def _client(args):
     from pipelines.remote import connect
 
-    return connect(args.host, args.namespace)
+    return connect(args.host, args.namespace, args.iap_client_id)
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
@@ -256,19 +256,61 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from pipelines.remote import recent_runs
+    from pipelines.remote import format_duration, recent_runs
 
-    runs = recent_runs(_client(args), args.limit, args.experiment)
+    pushed_by_run = None
+    if args.config or args.serving_base:
+        from components.store.base import ServingStore
+        from components.store.served import version_records
+
+        config = load_config(args.config) if args.config else None
+        if config is None and not args.model:
+            raise GpupipeError("runs --serving-base: give the model with --model NAME, or give --config CONFIG")
+        base = args.serving_base or config.cluster.serving_base or config.serving.base
+        model = args.model or config.serving.model_name
+        try:
+            records = version_records(ServingStore(base, model))
+        except Exception as err:  # google-auth's or the storage API's error reading a gs:// base
+            if isinstance(err, GpupipeError):
+                raise
+            reason = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise GpupipeError(f"runs: cannot read the serving base {base} ({reason}); check its credentials "
+                               "(GOOGLE_APPLICATION_CREDENTIALS) or leave out --config/--serving-base") from None
+        pushed_by_run = {r["run_id"]: r["version"] for r in records if r["run_id"]}
+    runs = recent_runs(_client(args), args.limit, args.experiment, pushed_by_run)
     if not runs:
         print("no runs")
     for run in runs:
-        print(f"{run['created']:<26} {run['state'] or '-':<10} {run['id']}  {run['name']}")
+        print(f"{run['created']:<26} {run['state'] or '-':<10} {format_duration(run['seconds']):>7}  "
+              f"{run['pushed']:<16} {run['id']}  {run['name']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipelines.reports import open_in_browser, pool_runs, render_pool, run_page
+
+    target = Path(args.target)
+    if target.is_file():  # a config: the pool view of its recent local runs
+        if args.open:
+            raise GpupipeError(f"report --open: {target} is a config; --open opens a run's page (give RUN_DIR)")
+        if not 0 <= args.input_bound <= 1:
+            raise GpupipeError(f"report --input-bound {args.input_bound}: give a fraction between 0 and 1, e.g. 0.3")
+        config = load_config(target)
+        runs_dir = Path(args.runs_dir)
+        print(render_pool(config.name, runs_dir, pool_runs(config.name, runs_dir, args.limit), args.input_bound))
+        return 0
+    page = run_page(target)
+    print(page)
+    if args.open and not open_in_browser(page):
+        raise GpupipeError(f"report --open: no web browser found to open {page}; open the file by hand")
     return 0
 
 
 def _kfp_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", required=True, help="KFP API URL, e.g. https://kubeflow.example.com/pipeline")
     p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    p.add_argument("--iap-client-id", help="behind Identity-Aware Proxy: the IAP OAuth client id; a Google ID token "
+                                           "for it is the bearer token (default: $KFP_IAP_CLIENT_ID)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -339,11 +381,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", default=None)
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser("runs", help="list recent KFP runs")
+    p = sub.add_parser("runs", help="list recent KFP runs: state, duration, the version each pushed")
     _kfp_args(p)
     p.add_argument("--experiment")
     p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--config", help="read the pushed versions from this config's serving base (cluster.serving_base)")
+    p.add_argument("--serving-base", help="read the pushed versions from this serving base (with --model or --config)")
+    p.add_argument("--model", help="with --serving-base: the model name")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("report", help="RUN_DIR: print the path of the run's HTML report (--open opens it); CONFIG: "
+                                      "the pool view of its recent local runs (GPU-hours, examples/s, input wait, "
+                                      "GPU use, preemptions, cost)")
+    p.add_argument("target", metavar="RUN_DIR|CONFIG")
+    p.add_argument("--open", action="store_true", help="RUN_DIR: open the page in a web browser")
+    p.add_argument("--runs-dir", default="runs", help="CONFIG: where the local runs are (default: runs/)")
+    p.add_argument("--limit", type=int, default=10, help="CONFIG: this many of the newest runs")
+    p.add_argument("--input-bound", type=float, default=0.3,  # pipelines.reports.INPUT_BOUND
+                   help="CONFIG: flag runs whose input-wait fraction is above this (default: 0.3)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model, or (--rbac) the "
                                         "Role and RoleBinding the train task needs to launch multi-worker jobs")

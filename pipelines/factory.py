@@ -18,6 +18,7 @@ from components.evaluate.component import make_evaluate_op
 from components.fingerprint.component import make_fingerprint_op
 from components.ingest.component import make_ingest_op
 from components.push.component import make_push_op
+from components.report.component import make_report_op
 from components.train.component import make_train_op
 from components.train.launch import POD_NAME_ENV, POD_UID_ENV, Launch
 from components.validate.component import make_validate_op
@@ -123,6 +124,7 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
     train_op = make_train_op(config.train_image)
     evaluate_op = make_evaluate_op(cpu_image)
     push_op = make_push_op(cpu_image)
+    report_op = make_report_op(cpu_image)
     data, training, serving = config.data, config.training, config.serving
     columns = Columns.part_of(data).model_dump_json()
 
@@ -177,8 +179,15 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
         push_task.set_display_name("Push to serving").set_caching_options(False)
 
+        # Reads what the others recorded; the page is the task's HTML output in the Kubeflow UI.
+        report_task = report_op(
+            train_report=train_task.outputs["report"], blessing=evaluate_task.outputs["blessing"],
+            anomalies=validate_task.outputs["anomalies"], pushed=push_task.outputs["pushed"], pipeline=config.name,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        report_task.set_display_name("Run report").set_caching_options(False)
+
         shapes = {names.FINGERPRINT: fingerprint_task, names.INGEST: ingest_task, names.VALIDATE: validate_task,
-                  names.EVALUATE: evaluate_task, names.PUSH: push_task}
+                  names.EVALUATE: evaluate_task, names.PUSH: push_task, names.REPORT: report_task}
         for step, task in shapes.items():
             apply_pod_shape(task, pods.step_shape(config, step))
         apply_pod_shape(train_task, pods.launcher_shape(config) if launch else pods.training_shape(config))

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -22,6 +23,7 @@ from components.sources.readers import check_columns
 from components.sources.synthetic import is_synthetic
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
+from pipelines.reports import REPORT_OUTPUT
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '?([\w-]+)'?")
@@ -51,6 +53,7 @@ class RunSummary:
     push: Optional[dict] = None
     validation: Optional[dict] = None
     ingest: Optional[dict] = None  # the examples' manifest
+    report: Optional[str] = None  # the run report's page, beside the run
     errors: List[str] = field(default_factory=list)
 
     @property
@@ -86,6 +89,8 @@ class RunSummary:
                 lines.append(f"  pushed version {self.push['version']}: {self.push['path']}")
             else:
                 lines.append(f"  not pushed: {self.push.get('reason')}")
+        if self.report:
+            lines.append(f"  run report: {self.report}")
         for err in self.errors:
             lines.append(f"error: {err}")
         if self.log_file:
@@ -258,4 +263,12 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
         summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
         summary.validation = _read_json(run_dir / names.VALIDATE / "anomalies" / "validation.json")
         summary.ingest = _read_json(run_dir / names.INGEST / "examples" / names.MANIFEST_FILE)
+        page = run_dir.joinpath(*REPORT_OUTPUT)
+        if page.is_file():  # the task's output, also under the name a user looks for
+            beside = run_dir / names.RUN_REPORT_PAGE
+            try:
+                os.link(page, beside)
+            except OSError:
+                shutil.copyfile(page, beside)
+            summary.report = str(beside)
     return summary

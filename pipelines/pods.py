@@ -25,6 +25,7 @@ STEP_DEFAULTS: Dict[str, StepResources] = {
     names.TRAIN: StepResources(cpu="2", cpu_limit="4", memory="4Gi", memory_limit="8Gi", timeout="24h"),
     names.EVALUATE: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="2h"),
     names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
+    names.REPORT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
 }
 LAUNCHER = StepResources(cpu="250m", cpu_limit="500m", memory="512Mi", memory_limit="1Gi")
 

@@ -42,6 +42,41 @@ def kfp_token(in_cluster_paths=IN_CLUSTER_TOKENS) -> Optional[str]:
             with open(candidate, encoding="utf-8") as f:
                 return f.read().strip()
     return None
+
+
+IAP_CLIENT_ID_ENV = "KFP_IAP_CLIENT_ID"
+
+
+def iap_token(client_id: str) -> str:
+    """A Google ID token for an IAP-protected endpoint: its OAuth client id is the audience.
+    From a service-account key ($GOOGLE_APPLICATION_CREDENTIALS) or the GCP metadata
+    server (GKE, Compute Engine, Cloud Run), as google-auth finds them."""
+    import google.auth.exceptions
+    import google.auth.transport.requests
+    import google.oauth2.id_token
+
+    where = f"--iap-client-id {client_id}"
+    try:
+        return google.oauth2.id_token.fetch_id_token(google.auth.transport.requests.Request(), client_id)
+    except google.auth.exceptions.DefaultCredentialsError as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise GpupipeError(f"{where}: no Google credentials that give an ID token ({reason}); set "
+                           "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run where the GCP "
+                           "metadata server answers") from None
+    except (google.auth.exceptions.RefreshError, google.auth.exceptions.TransportError, ValueError) as err:
+        reason = (str(err.args[0] if err.args else "").splitlines() or [type(err).__name__])[0][:200]
+        raise GpupipeError(f"{where}: Google gave no ID token for this audience ({reason}); check the client id "
+                           "(the IAP OAuth client of the Kubeflow endpoint) and that the service account may use "
+                           "IAP") from None
+
+
+def auth_token(iap_client_id: Optional[str] = None) -> Optional[str]:
+    """The bearer token for the KFP API: an IAP ID token when an IAP client id is given (or
+    in $KFP_IAP_CLIENT_ID), else kfp_token()."""
+    client_id = iap_client_id or os.environ.get(IAP_CLIENT_ID_ENV)
+    return iap_token(client_id) if client_id else kfp_token()
+
+
 DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 # KFP's six cron fields: (name, lowest, highest, names allowed)
 _CRON_FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day of month", 1, 31, ()),
@@ -115,11 +150,11 @@ def check_host(host: str) -> str:
     return host.rstrip("/")
 
 
-def check_token_transport(host: str) -> None:
+def check_token_transport(host: str, token: Optional[str] = None) -> None:
     """The KFP token travels only over https, or to this machine."""
     parsed = urlparse(host)
     loopback = parsed.hostname in ("localhost", "::1") or (parsed.hostname or "").startswith("127.")
-    if kfp_token() and parsed.scheme != "https" and not loopback:
+    if (token or kfp_token()) and parsed.scheme != "https" and not loopback:
         raise GpupipeError(f"--host {host}: a KFP token is set and would travel in clear text; use the https:// URL "
                            f"of the KFP API (or unset {TOKEN_ENV} / {TOKEN_FILE_ENV})")
 
@@ -134,12 +169,12 @@ class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def check_reachable(host: str, timeout: float = 10.0) -> None:
+def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = None) -> None:
     """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s)."""
-    check_token_transport(host)
+    token = token or kfp_token()
+    check_token_transport(host, token)
     url = host.rstrip("/") + "/apis/v2beta1/healthz"
     request = urllib.request.Request(url)
-    token = kfp_token()
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -148,7 +183,8 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise GpupipeError(f"--host {host}: the KFP API refused the credentials (HTTP {err.code}); "
-                               f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) or refresh your kube config") from None
+                               f"set {TOKEN_ENV} (or {TOKEN_FILE_ENV}, or --iap-client-id behind IAP) or refresh "
+                               "your kube config") from None
         raise GpupipeError(f"--host {host}: the KFP API answered HTTP {err.code} at {url}; "
                            "check the URL (it should end at the ml-pipeline service or the Kubeflow gateway)") from None
     except (urllib.error.URLError, OSError) as err:
@@ -156,12 +192,13 @@ def check_reachable(host: str, timeout: float = 10.0) -> None:
         raise GpupipeError(f"--host {host}: cannot reach the KFP API ({reason}); check the URL and your network") from None
 
 
-def connect(host: str, namespace: Optional[str] = None):
+def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[str] = None):
     import kfp
 
     host = check_host(host)
-    check_reachable(host)
-    return kfp.Client(host=host, namespace=namespace, existing_token=kfp_token())
+    token = auth_token(iap_client_id)
+    check_reachable(host, token=token)
+    return kfp.Client(host=host, namespace=namespace, existing_token=token)
 
 
 @dataclass
@@ -294,10 +331,65 @@ def watch_run(client, run_id: str, poll_seconds: float = 10.0, timeout_seconds: 
         time.sleep(poll_seconds)
 
 
-def recent_runs(client, limit: int = 10, experiment: Optional[str] = None) -> List[dict]:
+PUSH_TASK = "Push to serving"  # the push task's display name (pipelines/factory.py)
+
+
+def _when(value):
+    """A timestamp of the API as a datetime; None when unset (the API sends the epoch)."""
+    from datetime import datetime
+
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value if value is not None and value.year > 1970 else None
+
+
+def run_seconds(run, now=None) -> Optional[float]:
+    """From the run's start (scheduled, else created) to its end, or to now while it runs."""
+    from datetime import datetime, timezone
+
+    start = _when(run.scheduled_at) or _when(run.created_at)
+    end = _when(run.finished_at) if run.state in DONE else (now or datetime.now(timezone.utc))
+    return (end - start).total_seconds() if start and end else None
+
+
+def push_task_state(run) -> Optional[str]:
+    """The push task's state in the run details; None when it has not started."""
+    for task in (getattr(run.run_details, "task_details", None) or []):
+        if task.display_name == PUSH_TASK:
+            return task.state
+    return None
+
+
+def recent_runs(client, limit: int = 10, experiment: Optional[str] = None,
+                pushed_by_run: Optional[dict] = None) -> List[dict]:
+    """The newest runs with their state and duration and, from each run's details (the push
+    task's state) and the serving store (the run that pushed each version, when given as
+    `pushed_by_run`: run id -> version), what the run pushed."""
     experiment_id = None
     if experiment:
         experiment_id = client.get_experiment(experiment_name=experiment).experiment_id
     response = client.list_runs(page_size=limit, sort_by="created_at desc", experiment_id=experiment_id)
-    return [{"id": r.run_id, "name": r.display_name, "state": r.state, "created": str(r.created_at or "")}
-            for r in response.runs or []]
+    found = []
+    for listed in response.runs or []:
+        run = client.get_run(listed.run_id)  # the details (task states) come with GET of one run
+        push = push_task_state(run)
+        if pushed_by_run is not None and run.run_id in pushed_by_run:
+            pushed = f"version {pushed_by_run[run.run_id]}"
+        elif push == "SUCCEEDED":
+            pushed = "not pushed" if pushed_by_run is not None else "push SUCCEEDED"
+        else:
+            pushed = f"push {push}" if push else "-"
+        found.append({"id": run.run_id, "name": run.display_name, "state": run.state,
+                      "created": str(run.created_at or ""), "seconds": run_seconds(run), "pushed": pushed})
+    return found
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -47,7 +47,7 @@ def violations(root: Path) -> list:
 
 
 def test_steps_stand_side_by_side_on_shared_contracts():
-    assert steps(ROOT / "components") == ["evaluate", "fingerprint", "ingest", "push", "train", "validate"]
+    assert steps(ROOT / "components") == ["evaluate", "fingerprint", "ingest", "push", "report", "train", "validate"]
     assert violations(ROOT) == []
 
 

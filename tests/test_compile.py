@@ -77,6 +77,22 @@ def test_push_is_never_cached(penguins_docs):
     assert tasks["ingest"]["cachingOptions"] == {"enableCache": True}
 
 
+def test_the_run_report_reads_the_other_steps_artifacts_after_push(penguins_docs):
+    spec = penguins_docs[1][0]
+    task = spec["root"]["dag"]["tasks"]["report"]
+    assert task["taskInfo"]["name"] == "Run report" and task["cachingOptions"] == {}
+    assert "push" in task["dependentTasks"]
+    sources = {name: (a["taskOutputArtifact"]["producerTask"], a["taskOutputArtifact"]["outputArtifactKey"])
+               for name, a in task["inputs"]["artifacts"].items()}
+    assert sources == {"train_report": ("train", "report"), "blessing": ("evaluate", "blessing"),
+                       "anomalies": ("validate", "anomalies"), "pushed": ("push", "pushed")}
+    # The page is a KFP HTML artifact: the Kubeflow UI shows it on the task's page.
+    outputs = spec["components"]["comp-report"]["outputDefinitions"]["artifacts"]
+    assert outputs == {"page": {"artifactType": {"schemaTitle": "system.HTML", "schemaVersion": "0.0.1"}}}
+    container = spec["deploymentSpec"]["executors"]["exec-report"]["container"]
+    assert container["image"].split("/")[-1].startswith("gpupipe-cpu:") and "accelerator" not in container["resources"]
+
+
 def test_cached_steps_are_keyed_on_the_uncached_fingerprint(penguins_docs):
     # New files at the same data source, or a push since, must not reuse a cached ingest/validate.
     tasks = penguins_docs[1][0]["root"]["dag"]["tasks"]
@@ -118,7 +134,7 @@ def test_every_executor_has_cpu_memory_requests_and_limits_and_a_timeout(config_
     docs = list(yaml.safe_load_all((ROOT / compiled_path(config)).read_text()))
     executors = docs[0]["deploymentSpec"]["executors"]
     platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert len(executors) == 6
+    assert len(executors) == 7  # one per step (contracts.names.STEPS)
     for name, executor in executors.items():
         resources = executor["container"]["resources"]
         for key in ("resourceCpuRequest", "resourceCpuLimit", "resourceMemoryRequest", "resourceMemoryLimit"):

@@ -29,7 +29,7 @@ def first_run(tmp_path_factory):
 def test_penguins_end_to_end_pushes_a_servable_model(first_run):
     tmp_path, summary, _ = first_run
     serving = tmp_path / "serving"
-    for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push"):
+    for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"):
         assert f"  {step:<11} SUCCESS" in summary
     assert f"pushed version 1: {serving / 'penguins' / '1'}" in summary
     assert "data drift: no baseline yet (nothing served)" in summary
@@ -55,11 +55,51 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run):
     assert (run_dir / "validate" / "report").is_file()
 
 
+def test_gpupipe_report_prints_the_run_pages_path(first_run):
+    tmp_path, summary, _ = first_run
+    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    page = run_dir / "report.html"
+    assert f"  run report: {page}" in summary
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", str(run_dir)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == f"{page}\n", out.stderr
+    text = page.read_text(encoding="utf-8")
+    blessing = json.loads((run_dir / "evaluate" / "blessing" / "blessing.json").read_text())
+    assert f"blessed: accuracy {blessing['value']:.4f} (threshold 0.9000)" in text
+    for section in ("Release gate", "Throughput and cost", "Slices", "By island", "drift not checked"):
+        assert section in text, section
+    # The pool view of the config reads the same run's training report.
+    pool = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", "configs/penguins.yaml", "--runs-dir",
+                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    report = json.loads((run_dir / "train" / "report" / "report.json").read_text())
+    row = pool.stdout.splitlines()[2].split()
+    assert pool.returncode == 0 and row[:3] == [run_dir.name, "0.0000", f"{report['examples_per_second']:,.1f}"]
+    assert row[3] == f"{report['input_wait_fraction']:.1%}", pool.stdout
+
+
+def test_the_run_report_renders_its_plots_in_a_browser_without_network(first_run):
+    """Headless Chromium, the network cut off: each figure's div holds the SVG Plotly drew
+    (plotly.js inlined in the page ran), with the run's own numbers."""
+    from tests.fixtures.browser import drawn_plots, rendered_dom
+
+    tmp_path, _, _ = first_run
+    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    plots = drawn_plots(rendered_dom(str(run_dir / "report.html")))
+    assert sorted(plots) == ["plot-confusion", "plot-loss", "plot-metrics"]  # three classes, nothing served before
+    assert all(p["main_svg"] >= 1 for p in plots.values()), plots
+    epochs = len(json.loads((run_dir / "train" / "report" / "report.json").read_text())["history"]["loss"])
+    assert epochs == 40 and plots["plot-loss"]["traces"] == ["scatter"] and plots["plot-loss"]["points"] == epochs
+    assert plots["plot-metrics"]["traces"] == ["scatter"] and plots["plot-metrics"]["points"] == epochs
+    evaluation = json.loads((run_dir / "evaluate" / "blessing" / "evaluation.json").read_text())
+    assert plots["plot-confusion"]["traces"] == ["heatmap"]
+    assert plots["plot-confusion"]["labels"] == [str(n) for row in evaluation["confusion_matrix"] for n in row]
+
+
 def test_live_progress_shows_on_a_non_tty(first_run):
     """stderr is a pipe here: plain progress lines, the first and the last epoch at least."""
     _, _, console = first_run
     lines = console.splitlines()
-    assert lines[0] == "gpupipe run penguins: running 6 steps locally (kfp.local)"
+    assert lines[0] == "gpupipe run penguins: running 7 steps locally (kfp.local)"
     progress = [line for line in lines if line.startswith("  train       epoch ")]
     assert progress[0].startswith("  train       epoch 1/40 step 9/360 loss ")
     assert progress[-1].startswith("  train       epoch 40/40 step 360/360 loss ") and progress[-1].endswith(" eta 0s")
@@ -97,6 +137,9 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     assert "baseline: served version 1, accuracy" in text
     assert "not pushed: not blessed: accuracy" in text
     assert sorted(p.name for p in (serving / "penguins").iterdir()) == ["1"]
+    page = Path(second.report).read_text(encoding="utf-8")  # the run report: the gate and the drift
+    assert "not blessed: accuracy" in page and "Baseline: served version 1, accuracy" in page
+    assert 'id="plot-drift"' in page and "Baseline: served version 1. No feature drifted past its threshold." in page
     push_summary = next(Path(second.run_dir).glob("push/summary")).read_text()  # the push task's UI output
     assert push_summary.startswith("# Not pushed") and "not pushed: not blessed: accuracy" in push_summary
 
@@ -116,7 +159,7 @@ def test_bad_data_stops_the_run_before_training(tmp_path):
     assert not summary.ok
     statuses = {s.name: s.status for s in summary.steps}
     assert statuses == {"fingerprint": "SUCCESS", "ingest": "SUCCESS", "validate": "FAILURE", "train": "NOT RUN",
-                        "evaluate": "NOT RUN", "push": "NOT RUN"}
+                        "evaluate": "NOT RUN", "push": "NOT RUN", "report": "NOT RUN"}
     assert len(summary.errors) == 1
     assert summary.errors[0].startswith("validate: data validation found") and "feature 'island'" in summary.errors[0]
     assert not os.path.exists(serving)

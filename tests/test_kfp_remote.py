@@ -70,11 +70,51 @@ def test_scheduling_twice_leaves_one_recurring_run(kfp_api):
 
 
 def test_runs_lists_recent_runs(kfp_api):
+    kfp_api.state.run_states = [("PENDING", None, None)]
     assert gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url).returncode == 0
     out = gpupipe("runs", "--host", kfp_api.url)
     assert out.returncode == 0 and "PENDING" in out.stdout and "penguins v0.1.0-0123456789ab" in out.stdout
     listing = [r for r in kfp_api.state.requests if r.method == "GET" and r.path == "/apis/v2beta1/runs"][-1]
     assert listing.query["sort_by"] == ["created_at desc"]
+
+
+def test_runs_shows_state_duration_and_the_version_each_run_pushed(kfp_api, tmp_path):
+    """Three runs: one pushed version 4 (the serving store records the run that pushed each
+    version), one ended without a push (the push task ran, the gate said no), one failed
+    before push; the newest first, durations from the API's timestamps."""
+    import json
+    import re
+
+    from components.store.base import ServingStore
+    from components.store.served import MODEL_FILE
+
+    for _ in range(3):
+        assert gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url).returncode == 0
+    pushed, unblessed, failed = sorted(kfp_api.state.runs, key=lambda r: kfp_api.state.runs[r]["created_at"])
+    t = "2026-11-30T12:{:02d}:{:02d}Z".format
+    kfp_api.finish_run(pushed, "SUCCEEDED", t(12, 30), [("Train model", "SUCCEEDED", t(3, 0), t(9, 0)),
+                                                       ("Push to serving", "SUCCEEDED", t(11, 0), t(12, 20))])
+    kfp_api.finish_run(unblessed, "SUCCEEDED", t(9, 5), [("Push to serving", "SUCCEEDED", t(8, 0), t(9, 0))])
+    kfp_api.finish_run(failed, "FAILED", t(4, 0), [("Validate data (TFDV)", "FAILED", t(3, 0), t(4, 0))])
+    serving = tmp_path / "serving"
+    version = Path(ServingStore(str(serving), "penguins").version_path(4))
+    (version / "assets.extra" / "gpupipe").mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    (version / "assets.extra" / "gpupipe" / MODEL_FILE).write_text(json.dumps({"digest": "d", "run_id": pushed}))
+
+    out = gpupipe("runs", "--host", kfp_api.url, "--serving-base", str(serving), "--model", "penguins")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    expected = [(failed, "FAILED", "2m00s", "-"), (unblessed, "SUCCEEDED", "8m05s", "not pushed"),
+                (pushed, "SUCCEEDED", "12m30s", "version 4")]
+    assert len(lines) == 3
+    for line, (run_id, run_state, took, what) in zip(lines, expected):
+        assert re.fullmatch(rf"2026-11-30 12:0\d:00\+00:00\s+{run_state}\s+{took}\s+{what}\s+{run_id}  penguins "
+                            r"v0\.1\.0-0123456789ab", line), line
+    without_store = gpupipe("runs", "--host", kfp_api.url)
+    assert without_store.returncode == 0
+    assert [line.split()[4:6] for line in without_store.stdout.splitlines()] == [
+        ["-", failed], ["push", "SUCCEEDED"], ["push", "SUCCEEDED"]]
 
 
 def test_bad_cron_and_unreachable_host_are_one_line():
@@ -231,3 +271,43 @@ def test_the_token_comes_from_the_environment_a_file_or_the_cluster(tmp_path, mo
     monkeypatch.setenv("KFP_TOKEN_FILE", str(tmp_path / "missing"))
     with pytest.raises(GpupipeError, match=f"KFP_TOKEN_FILE: cannot read {tmp_path / 'missing'} "):
         kfp_token()
+
+
+def test_behind_iap_the_bearer_is_a_google_id_token_for_the_client_id(kfp_api, tmp_path):
+    """google-auth signs a JWT with the service account's key, the token endpoint FIXTURE
+    (tests/fixtures/google_oauth.py) answers with an ID token for the IAP client id, and
+    that token is the Authorization header of every request the KFP fixture sees."""
+    from google.auth import jwt
+
+    from tests.fixtures.google_oauth import GoogleTokenFixture
+
+    client_id = "123-abc.apps.googleusercontent.com"
+    with GoogleTokenFixture() as google:
+        env = {"GOOGLE_APPLICATION_CREDENTIALS": str(google.key_file(tmp_path)), "KFP_TOKEN": ""}
+        out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", client_id, env_extra=env)
+        assert out.returncode == 0, out.stderr
+        from_env = gpupipe("runs", "--host", kfp_api.url, env_extra={**env, "KFP_IAP_CLIENT_ID": client_id})
+        assert from_env.returncode == 0, from_env.stderr
+    assert google.audiences == [client_id, client_id]
+    assert jwt.decode(google.issued[0], verify=False)["aud"] == client_id
+    assert len(google.issued) == 2 and len(kfp_api.state.requests) >= 4  # health checks, then the API calls
+    assert {r.headers.get("authorization") for r in kfp_api.state.requests} == {f"Bearer {t}" for t in google.issued}
+
+
+def test_without_google_credentials_iap_auth_is_one_line(kfp_api, tmp_path):
+    from tests.fixtures.google_oauth import GoogleTokenFixture
+
+    nowhere = {"GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_IP": "127.0.0.1:9",
+               "GCE_METADATA_HOST": "127.0.0.1:9", "NO_GCE_CHECK": "False"}
+    out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc", env_extra=nowhere)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: --iap-client-id 123-abc: no Google credentials that give an ID token (")
+    assert "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file" in out.stderr
+    with GoogleTokenFixture() as google:
+        google.refuse = True
+        out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc",
+                      env_extra={"GOOGLE_APPLICATION_CREDENTIALS": str(google.key_file(tmp_path))})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: --iap-client-id 123-abc: Google gave no ID token for this audience (")
+    assert "invalid_grant" in out.stderr
+    assert not kfp_api.state.requests  # nothing reached the KFP API without a token

@@ -8,7 +8,8 @@ VALIDATE = "validate"
 TRAIN = "train"
 EVALUATE = "evaluate"
 PUSH = "push"
-STEPS = (FINGERPRINT, INGEST, VALIDATE, TRAIN, EVALUATE, PUSH)
+REPORT = "report"
+STEPS = (FINGERPRINT, INGEST, VALIDATE, TRAIN, EVALUATE, PUSH, REPORT)
 
 # Split folders written by ingest.
 TRAIN_SPLIT = "train"
@@ -23,7 +24,11 @@ ANOMALIES_FILE = "anomalies.pbtxt"
 ANOMALIES_SUMMARY = "anomalies.md"
 BLESSING_FILE = "blessing.json"
 PUSH_RESULT_FILE = "push.json"
-TRAIN_REPORT_FILE = "report.json"
+TRAIN_REPORT_FILE = "report.json"  # train's report artifact: the training report, with the per-epoch history
+EVALUATION_FILE = "evaluation.json"  # inside the blessing artifact: metrics, confusion matrix, slices, curves
+VALIDATION_FILE = "validation.json"  # inside the anomalies artifact: anomaly and drift lines, the baseline
+DRIFT_ANOMALIES_FILE = "drift-" + ANOMALIES_FILE  # inside the anomalies artifact: TFDV's drift measurements
+RUN_REPORT_PAGE = "report.html"  # the run report, beside a local run
 FEATURE_SPECS_FILE = "gpupipe_features.json"  # inside the SavedModel's assets.extra/
 
 # SavedModel signatures.

@@ -18,11 +18,11 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.contracts.features import load_feature_specs
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
-                                        regression_metrics, roc_curve)
+                                        pr_curve, regression_metrics, roc_curve)
 from components.evaluate.settings import EvaluationSettings
 
 SCORE_BATCH = 1024
-EVALUATION_FILE = "evaluation.json"
+EVALUATION_FILE = names.EVALUATION_FILE
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Evaluation:
     confusion_matrix: List[List[int]]  # rows: true class, columns: predicted class
     slices: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)  # feature -> value -> metrics
     roc: Optional[Dict[str, List[float]]] = None  # binary only: fpr, tpr, thresholds
+    pr: Optional[Dict[str, List[float]]] = None  # binary only: precision, recall, thresholds
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -93,13 +94,16 @@ def evaluate_predictions(pred: Predictions) -> Evaluation:
             m = classification_metrics(y[rows], p[rows], pred.classes)
             slices[feature][value or "<missing>"] = {"examples": int(rows.sum()), "accuracy": m["accuracy"],
                                                     "log_loss": m["log_loss"]}
-    roc = None
+    roc, pr = None, None
     if len(pred.classes) == 2:
         known = y >= 0
         fpr, tpr, thresholds = roc_curve(y[known], p[known, 1])
         roc = {"fpr": fpr, "tpr": tpr, "thresholds": thresholds}
+        precision, recall, thresholds = pr_curve(y[known], p[known, 1])
+        pr = {"precision": precision, "recall": recall, "thresholds": thresholds}
     cm = confusion_matrix(y, p.argmax(axis=1), len(pred.classes))
-    return Evaluation(metrics=metrics, classes=pred.classes, confusion_matrix=cm.tolist(), slices=slices, roc=roc)
+    return Evaluation(metrics=metrics, classes=pred.classes, confusion_matrix=cm.tolist(), slices=slices, roc=roc,
+                      pr=pr)
 
 
 def score_model(model_dir: str, examples_dir: str, slices: Optional[List[str]] = None) -> Evaluation:

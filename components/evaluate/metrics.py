@@ -64,6 +64,17 @@ def roc_curve(y: np.ndarray, score: np.ndarray) -> Tuple[List[float], List[float
     return [float(v) for v in fpr], [float(v) for v in tpr], [float(v) for v in thresholds]
 
 
+def pr_curve(y: np.ndarray, score: np.ndarray) -> Tuple[List[float], List[float], List[float]]:
+    """(precision, recall, thresholds) at the scores' own thresholds (at most ROC_POINTS of
+    them, evenly picked), for the run report; the last point is recall 0, precision 1."""
+    precision, recall, thresholds = sk.precision_recall_curve(y, score)
+    thresholds = np.append(thresholds, 1.0)  # scikit-learn gives one threshold fewer than points
+    if len(precision) > ROC_POINTS:
+        keep = np.unique(np.linspace(0, len(precision) - 1, ROC_POINTS).round().astype(int))
+        precision, recall, thresholds = precision[keep], recall[keep], thresholds[keep]
+    return [float(v) for v in precision], [float(v) for v in recall], [float(v) for v in thresholds]
+
+
 def binary_metrics(y: np.ndarray, score: np.ndarray, bins: int = 10) -> Dict[str, float]:
     """`score` is the positive class probability; `y` is 0/1."""
     edges = np.minimum((score * bins).astype(int), bins - 1)

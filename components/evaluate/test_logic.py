@@ -7,7 +7,8 @@ import pytest
 from components.contracts.blessing import read_blessing, write_blessing
 from components.contracts.errors import GpupipeError
 from components.evaluate.logic import Evaluation, bless_model, render_report, run_evaluate, score_model
-from components.evaluate.metrics import average_precision, binary_metrics, multiclass_metrics, regression_metrics, roc_auc
+from components.evaluate.metrics import (average_precision, binary_metrics, multiclass_metrics, pr_curve,
+                                        regression_metrics, roc_auc)
 from components.evaluate.settings import EvaluationSettings
 from components.store.base import ServingStore
 
@@ -45,6 +46,17 @@ def test_binary_metrics_by_hand():
     assert m["accuracy"] == 0.75 and m["auc"] == pytest.approx(0.75)
     assert m["calibration"] == pytest.approx(np.mean(score) / 0.5)
     assert 0 <= m["calibration_error"] <= 1
+
+
+def test_pr_curve_by_hand_and_thinned_to_its_point_budget():
+    y, score = np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])
+    precision, recall, thresholds = pr_curve(y, score)
+    # thresholds 0.1, 0.35, 0.4, 0.8: (2/4, 1), (2/3, 1), (1/2, 1/2), (1, 1/2); then the end point (1, 0)
+    assert precision == pytest.approx([0.5, 2 / 3, 0.5, 1.0, 1.0]) and recall == [1.0, 1.0, 0.5, 0.5, 0.0]
+    assert thresholds == pytest.approx([0.1, 0.35, 0.4, 0.8, 1.0])
+    rng = np.random.default_rng(0)
+    precision, recall, _ = pr_curve(rng.integers(0, 2, 5000), rng.random(5000))
+    assert len(precision) == len(recall) <= 201 and recall[0] == 1.0 and recall[-1] == 0.0
 
 
 def test_regression_metrics_by_hand():

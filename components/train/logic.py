@@ -274,6 +274,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             f"final_train_{history_key}": float(history.history[history_key][-1]),
             "model": s.custom_model or s.model,
             "chief": chief,
+            # per epoch run (this attempt's; a resumed run's from its resume on): loss and the metric
+            "history": {k: [float(v) for v in values] for k, values in history.history.items()},
         }
 
 
@@ -317,7 +319,7 @@ def compute_only_step_seconds(model, dataset, strategy, steps: int = 30) -> Opti
 
 
 def render_report(report: dict) -> str:
-    rows = [f"| {k} | {v} |" for k, v in report.items()]
+    rows = [f"| {k} | {v} |" for k, v in report.items() if not isinstance(v, dict)]
     return "# Training report\n\n| measure | value |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 

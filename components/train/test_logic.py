@@ -170,6 +170,7 @@ def test_early_stopping_ends_training_when_the_metric_stops_improving(tmp_path, 
     report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"), PENGUIN_COLUMNS,
                          settings)
     assert report["epochs"] == 50 and report["epochs_run"] == 3
+    assert [len(report["history"][k]) for k in ("loss", "accuracy")] == [3, 3]  # one value per epoch run
     assert report["optimizer_steps"] == 3 * report["steps_per_epoch"]
     assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
 

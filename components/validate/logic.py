@@ -214,7 +214,7 @@ def _feature_of(line: str) -> str:
     return m.group(1) if m else ""
 
 
-VALIDATION_FILE = "validation.json"
+VALIDATION_FILE = names.VALIDATION_FILE
 
 
 def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str, anomalies_dir: str,
