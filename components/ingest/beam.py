@@ -25,15 +25,17 @@ import tempfile
 import uuid
 from typing import List, Optional, Sequence
 
+from apache_beam import coders
+from apache_beam.io import tfrecordio
+from apache_beam.io.filesystem import CompressionTypes
+
 from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import delete_prefix, download_prefix, is_gcs
-from components.ingest.logic import column_types, finish_ingest, prepare_batch
+from components.ingest.logic import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
-# Beam's gzip sink compresses at zlib's default level; the manifest says so.
-BEAM_GZIP_LEVEL = 6
 _LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
 _JOB = "_job"  # the job's own small outputs inside the staging location (per-file counts, errors, statistics)
 _BATCHES = "_batches"
@@ -110,12 +112,50 @@ def staging_location(examples_dir: str, pipeline_args: Sequence[str]) -> str:
                         f".{os.path.basename(os.path.abspath(examples_dir))}.{job}")
 
 
+class _GzipWriter:
+    """A file handle that gzips what is written to it at `level`, in chunks of about 1 MB,
+    into a file Beam opened."""
+
+    def __init__(self, raw, level: int, chunk: int = 1 << 20):
+        import gzip
+
+        self._raw, self._chunk = raw, chunk
+        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0)
+        self._pending, self._size = [], 0
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._size += len(data)
+        if self._size >= self._chunk:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._gzip.write(b"".join(self._pending))
+        self._pending, self._size = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self._gzip.close()
+        self._raw.close()
+
+
+class GzipTFRecordSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-access
+    """Beam's TFRecord sink with its shards gzipped at ingest's level (Beam's own gzip has
+    no level and uses zlib's default, 6: slower, and ingest is gzip-bound), named
+    `<prefix>-NNNNN.tfrecord.gz` like the in-process path's."""
+
+    def __init__(self, prefix: str):
+        super().__init__(prefix, coders.BytesCoder(), ".tfrecord.gz", 0, "-SSSSS", CompressionTypes.UNCOMPRESSED)
+
+    def open(self, temp_path):
+        return _GzipWriter(super().open(temp_path), GZIP_LEVEL)
+
+
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
     """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
     split, per-file summaries and errors, all under `staging`."""
     import apache_beam as beam
     import tensorflow_data_validation as tfdv
-    from apache_beam.io.filesystem import CompressionTypes
 
     out = (p
            | "Files" >> beam.Create(list(enumerate(files)))
@@ -127,9 +167,7 @@ def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPre
         prefix = staging.rstrip("/") + f"/{split}/part"
         (out[split]
          | f"Records{split}" >> beam.FlatMap(lambda records: records)
-         | f"Write{split}" >> beam.io.WriteToTFRecord(prefix, file_name_suffix=".tfrecord.gz",
-                                                       shard_name_template="-SSSSS",
-                                                       compression_type=CompressionTypes.GZIP))
+         | f"Write{split}" >> beam.io.Write(GzipTFRecordSink(prefix)))
         (out[_tag(split)]
          | f"Statistics{split}" >> tfdv.GenerateStatistics(tfdv.StatsOptions())
          | f"WriteStatistics{split}" >> tfdv.WriteStatisticsToBinaryFile(f"{job}/{split}.{names.STATS_FILE}"))
@@ -219,7 +257,7 @@ def ingest_data_beam(
             rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats,
             stats_seconds=None, label=label, numeric_features=numeric_features,
             categorical_features=categorical_features, numeric_label=numeric_label, split_key=split_key,
-            eval_percent=eval_percent, compression_level=BEAM_GZIP_LEVEL,
+            eval_percent=eval_percent, compression_level=GZIP_LEVEL,
             max_dropped_label_fraction=max_dropped_label_fraction,
             engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
                     "pipeline_args": list(pipeline_args)})
