@@ -10,7 +10,16 @@ For each size, in a fresh process each (so peak RSS is that stage's own):
   beam        TFDV's generate_statistics_from_tfrecord on Beam's DirectRunner (the train shards)
 and checks that the two statistics paths agree on counts and means (train split).
 
+With --beam-ingest-rows, ingest with its statistics on both engines over the same CSV cut
+into --parts files (Beam's unit of parallel work is a file):
+  local-parts      data.engine local (components.ingest.logic.ingest_data, with statistics)
+  beam-direct      data.engine beam (components.ingest.beam.ingest_data_beam) on the DirectRunner
+                   in process
+  beam-multi       the same on the DirectRunner with 2 worker processes (multi_processing)
+Beam's figures count the whole job: building the pipeline, starting the workers, the job.
+
   python -m bench.data --rows 200000,2000000 [--beam-rows 200000] [--gzip-levels]
+  python -m bench.data --rows 200000 --beam-rows "" --beam-ingest-rows 200000 [--parts 4]
 """
 from __future__ import annotations
 
@@ -44,6 +53,8 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
 
     csv_path = os.path.join(workdir, f"ctr-{rows}.csv")
     examples = os.path.join(workdir, f"examples-{rows}")
+    if name in ENGINES:
+        return ingest_engine(name, workdir, rows)
     if name == "ingest":
         from components.ingest.logic import ingest_data
 
@@ -79,6 +90,45 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
     return {"rows": int(dataset.num_examples), "seconds": seconds, "means": means}
 
 
+ENGINES = {"local-parts": None, "beam-direct": ["--runner=DirectRunner"],
+           "beam-multi": ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]}
+
+
+def parts_dir(workdir: str, rows: int) -> str:
+    return os.path.join(workdir, f"ctr-{rows}-parts")
+
+
+def write_parts(csv_path: str, directory: str, parts: int) -> None:
+    """The CSV cut into `parts` files of about equal rows, each with the header."""
+    with open(csv_path, encoding="utf-8") as f:
+        header, *lines = f.readlines()
+    os.makedirs(directory, exist_ok=True)
+    size = -(-len(lines) // parts)
+    for k in range(parts):
+        with open(os.path.join(directory, f"part-{k}.csv"), "w", encoding="utf-8") as out:
+            out.writelines([header, *lines[k * size:(k + 1) * size]])
+
+
+def ingest_engine(name: str, workdir: str, rows: int) -> dict:
+    """Ingest with statistics on one engine over the parts directory."""
+    from components.sources import synthetic
+
+    source, out = parts_dir(workdir, rows), os.path.join(workdir, f"examples-{name}-{rows}")
+    shutil.rmtree(out, ignore_errors=True)
+    columns = (synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL)
+    started = time.perf_counter()
+    if ENGINES[name] is None:
+        from components.ingest.logic import ingest_data
+
+        manifest = ingest_data(source, out, *columns, eval_percent=10)
+    else:
+        from components.ingest.beam import ingest_data_beam
+
+        manifest = ingest_data_beam(source, out, *columns, eval_percent=10, pipeline_args=ENGINES[name])
+    seconds = time.perf_counter() - started
+    return {"rows": sum(manifest["rows"].values()), "split_rows": manifest["rows"], "seconds": seconds}
+
+
 def run_stage(name: str, workdir: str, rows: int, level: int = 1) -> dict:
     """Runs `stage` in a child process and returns its result with its peak RSS."""
     code = ("import json, sys; from bench.data import stage, _peak_rss_mb; "
@@ -97,6 +147,9 @@ def main() -> None:
     p.add_argument("--rows", default="200000,2000000")
     p.add_argument("--beam-rows", default="200000", help="sizes to also run on Beam's DirectRunner")
     p.add_argument("--gzip-levels", action="store_true", help="also compare gzip levels 1 and 6 at the first size")
+    p.add_argument("--beam-ingest-rows", default="", help="sizes to also ingest on both engines (local, Beam "
+                                                          "DirectRunner in process and with 2 worker processes)")
+    p.add_argument("--parts", type=int, default=4, help="files the CSV is cut into for --beam-ingest-rows")
     p.add_argument("--workdir", default="")
     args = p.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="gpupipe-bench-data-")
@@ -104,6 +157,7 @@ def main() -> None:
 
     sizes = [int(r) for r in args.rows.split(",")]
     beam_sizes = {int(r) for r in args.beam_rows.split(",") if r}
+    beam_ingest_sizes = {int(r) for r in args.beam_ingest_rows.split(",") if r}
     report = {"cores": os.cpu_count(), "sizes": {}}
     for rows in sizes:
         csv_path = os.path.join(workdir, f"ctr-{rows}.csv")
@@ -130,6 +184,17 @@ def main() -> None:
             line["max_relative_mean_difference"] = worst
             print(f"{'':>9}       beam DirectRunner {line['beam_direct_rows_per_s']:>8,} rows/s  ratio "
                   f"{line['statistics_vs_beam']}x  same counts: {line['same_counts']}  max mean diff: {worst:.2e}",
+                  flush=True)
+        if rows in beam_ingest_sizes:
+            write_parts(csv_path, parts_dir(workdir, rows), args.parts)
+            runs = {name: run_stage(name, workdir, rows) for name in ENGINES}
+            if len({json.dumps(r["split_rows"], sort_keys=True) for r in runs.values()}) != 1:
+                raise SystemExit(f"the engines disagree on the rows per split: {runs}")
+            line["engines"] = {name: {"rows_per_s": round(r["rows"] / r["seconds"]), "seconds": round(r["seconds"], 1)}
+                               for name, r in runs.items()}
+            print(f"{'':>9}       ingest with statistics over {args.parts} files, same rows per split "
+                  f"{runs['local-parts']['split_rows']}: " + "  ".join(
+                      f"{name} {v['rows_per_s']:,} rows/s ({v['seconds']} s)" for name, v in line["engines"].items()),
                   flush=True)
         report["sizes"][rows] = line
     if len(sizes) > 1:

@@ -1,6 +1,7 @@
 """Compiled KFP YAML: loads back with the kfp SDK, carries the cluster settings, and the
 committed files under pipelines/compiled/ are not stale."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,25 @@ def test_a_bad_resource_value_is_refused_naming_the_key(penguins_config, key, va
     raw["cluster"]["resources"] = {"train": {key: value}}
     with pytest.raises(GpupipeError, match=f"cluster.resources.train.{key}: .*{message}"):
         parse_config(raw)
+
+
+def test_the_beam_engine_and_runner_arguments_reach_the_ingest_task(penguins_config):
+    """data.engine: beam with Dataflow's arguments: the compiled ingest task gets them in its
+    settings parameter, and runs in the CPU image, whose lock has apache-beam[gcp] (the
+    DirectRunner, and the client that submits to Dataflow)."""
+    from components.ingest.settings import DataSettings
+    from pipelines.config import parse_config
+
+    args = ["--runner=DataflowRunner", "--project=my-project", "--region=europe-west4",
+            "--temp_location=gs://my-bucket/tmp", f"--sdk_container_image={penguins_config.images.cpu_image}"]
+    raw = penguins_config.model_dump(exclude_none=True)
+    raw["data"].update(engine="beam", beam_pipeline_args=args)
+    spec = next(yaml.safe_load_all(compile_to_text(parse_config(raw))))
+    settings = spec["root"]["dag"]["tasks"]["ingest"]["inputs"]["parameters"]["settings"]["runtimeValue"]["constant"]
+    data = DataSettings.from_json(settings)
+    assert (data.engine, data.beam_pipeline_args) == ("beam", args)
+    assert spec["deploymentSpec"]["executors"]["exec-ingest"]["container"]["image"] == penguins_config.images.cpu_image
+    assert re.search(r"^apache-beam\[gcp\]==", (ROOT / "requirements.in").read_text(), re.M)
+    default = next(yaml.safe_load_all((ROOT / "pipelines" / "compiled" / "penguins.yaml").read_text()))
+    assert DataSettings.from_json(default["root"]["dag"]["tasks"]["ingest"]["inputs"]["parameters"]["settings"]
+                                  ["runtimeValue"]["constant"]).engine == "local"

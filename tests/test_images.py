@@ -70,3 +70,13 @@ def test_compiled_images_match_the_package_version(compiled):
 def test_image_build_tags_come_from_the_package_version():
     dev = (ROOT / "dev").read_text()
     assert "pipelines/version.py" in dev and "gpupipe-cpu:$VERSION" in dev and "gpupipe-gpu:$VERSION" in dev
+
+
+def test_the_cpu_image_can_be_the_beam_workers_sdk_container():
+    """data.engine: beam on a remote runner runs gpupipe's code in the workers: the CPU image
+    carries Beam's boot program of the locked Beam version and the base image's Python."""
+    lines = instructions(ROOT / "images" / "cpu" / "Dockerfile")
+    beam = re.search(r"^apache-beam(?:\[[^\]]*\])?==(\S+)", (ROOT / "requirements.lock").read_text(), re.M).group(1)
+    python = re.search(r"ARG BASE=python:(\d+\.\d+)\.", "\n".join(lines)).group(1)
+    assert f"COPY --from=apache/beam_python{python}_sdk:{beam} /opt/apache/beam /opt/apache/beam" in lines
+    assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in lines

@@ -9,7 +9,8 @@ def ingest(source: str, settings: str, numeric_label: bool, source_fingerprint: 
     source files with sizes, split rule, feature types). `settings`: the config's data
     section as JSON; `source` (a run parameter) replaces its source. `source_fingerprint`
     (from the fingerprint step) is in the cache key: new data at the same source is
-    ingested anew."""
+    ingested anew. `data.engine: beam` runs it as one Apache Beam job on the runner in
+    `data.beam_pipeline_args` (the DirectRunner in this task, or Dataflow, Flink, Spark)."""
     from components.ingest.logic import run_ingest
     from components.ingest.settings import DataSettings
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -101,6 +102,42 @@ def check_not_empty(stats: Dict[str, object], features: List[str], numeric: List
             raise GpupipeError(f"{key}: column '{name}' is empty in every row of {source}; remove it from {key}")
 
 
+@dataclass
+class PreparedBatch:
+    """One read batch with a label in every row: its list columns (what TFDV takes), its
+    tf.Example records and, per row, whether it is in the eval split."""
+
+    lists: pa.RecordBatch
+    records: List[bytes]
+    is_eval: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.records)
+
+    def masks(self):
+        """(split, boolean row mask) for each split."""
+        return ((names.EVAL_SPLIT, self.is_eval), (names.TRAIN_SPLIT, ~self.is_eval))
+
+    def records_of(self, mask: np.ndarray) -> List[bytes]:
+        return [r for r, keep in zip(self.records, mask) if keep]
+
+
+def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, eval_percent: int,
+                  split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
+    """(rows dropped for a missing label, the rest prepared) for one batch as the reader
+    gave it: rows without a label dropped, inf refused, encoded and split. Both engines
+    (this module's loop and components/ingest/beam.py's DoFn) run every batch through it."""
+    has_label = pc.is_valid(batch.column(0))
+    dropped = batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
+    batch = batch.filter(has_label)
+    if batch.num_rows == 0:
+        return dropped, None
+    check_finite(batch, numeric_features, uri)
+    lists = as_list_batch(batch)
+    return dropped, PreparedBatch(lists, encode_examples(batch, lists), split_is_eval(batch, eval_percent, split_key))
+
+
 class _ShardWriter:
     """Writes gzip TFRecord shards of at most `shard_rows` records into one split folder.
     Records are written in a background thread (TFRecordWriter releases the GIL while it
@@ -185,33 +222,47 @@ def ingest_data(
         for f in files:
             file_rows = 0
             for batch in readers.read_batches(f, types, na_values):
-                has_label = pc.is_valid(batch.column(0))
-                dropped_no_label += batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
-                batch = batch.filter(has_label)
-                if batch.num_rows == 0:
+                dropped, prepared = prepare_batch(batch, numeric_features, f.uri, eval_percent, split_key)
+                dropped_no_label += dropped
+                if prepared is None:
                     continue
-                file_rows += batch.num_rows
-                check_finite(batch, numeric_features, f.uri)
-                lists = as_list_batch(batch)
-                records = encode_examples(batch, lists)
-                is_eval = split_is_eval(batch, eval_percent, split_key)
-                for split, mask in ((names.EVAL_SPLIT, is_eval), (names.TRAIN_SPLIT, ~is_eval)):
-                    writers[split].write([r for r, keep in zip(records, mask) if keep])
+                file_rows += prepared.rows
+                for split, mask in prepared.masks():
+                    writers[split].write(prepared.records_of(mask))
                     if statistics and mask.any():
-                        statistics[split].add(lists.filter(pa.array(mask)))
+                        statistics[split].add(prepared.lists.filter(pa.array(mask)))
             per_file.append({"uri": f.uri, "bytes": f.size, "rows": file_rows})
     finally:
         for writer in writers.values():
             writer.close()
     rows = {split: w.rows for split, w in writers.items()}
+    stats = None
+    if statistics:
+        stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty} \
+            if sum(rows.values()) else {}
+    return finish_ingest(
+        output_dir, source=source, files=files, per_file=per_file, rows=rows,
+        shards={split: w.shards for split, w in writers.items()}, dropped_no_label=dropped_no_label, stats=stats,
+        stats_seconds=sum(st.seconds for st in statistics.values()), label=label, numeric_features=numeric_features,
+        categorical_features=categorical_features, numeric_label=numeric_label, split_key=split_key,
+        eval_percent=eval_percent, compression_level=compression_level,
+        max_dropped_label_fraction=max_dropped_label_fraction)
+
+
+def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFile], per_file: List[dict],
+                  rows: Dict[str, int], shards: Dict[str, int], dropped_no_label: int, stats: Optional[Dict[str, object]],
+                  stats_seconds: Optional[float], label: str, numeric_features: List[str], categorical_features: List[str],
+                  numeric_label: bool, split_key: Optional[str], eval_percent: int, compression_level: int,
+                  max_dropped_label_fraction: float, engine: Optional[dict] = None) -> dict:
+    """The checks on the whole table (rows without a label, empty features, empty splits),
+    then the statistics file and manifest.json (written last). Both engines end here."""
     read = sum(rows.values()) + dropped_no_label
     if read and dropped_no_label / read > max_dropped_label_fraction:
         raise GpupipeError(
             f"data.label: {dropped_no_label} of {read} rows of {source} ({dropped_no_label / read:.0%}) have no "
             f"'{label}' (empty, or spelt like one of data.na_values); check data.label, or raise "
             f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
-    if statistics and sum(rows.values()):
-        stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty}
+    if stats and sum(rows.values()):
         check_not_empty(stats, [*numeric_features, *categorical_features], numeric_features, source)
     if sum(rows.values()) == 0:
         raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
@@ -228,7 +279,7 @@ def ingest_data(
         "source_bytes": sum(f.size for f in files),
         "source_fingerprint": readers.fingerprint(files),
         "rows": rows,
-        "shards": {split: w.shards for split, w in writers.items()},
+        "shards": shards,
         "rows_dropped_missing_label": dropped_no_label,
         "split": {"rule": "hash", "key": split_key or "<whole row>", "eval_percent": eval_percent},
         "label": label,
@@ -238,16 +289,25 @@ def ingest_data(
             **{name: "categorical" for name in categorical_features},
         },
         "compression": {"type": "GZIP", "level": compression_level},
+        "engine": engine or {"name": "local"},
     }
-    if statistics:
+    if stats is not None:
         stats_path = ingest_statistics_path(output_dir)
         write_statistics(stats_path, stats)
-        manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir),
-                                  "seconds": round(sum(st.seconds for st in statistics.values()), 3)}
+        manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir)}
+        if stats_seconds is not None:  # the time in TFDV (not timed apart inside a Beam job)
+            manifest["statistics"]["seconds"] = round(stats_seconds, 3)
     with open(manifest_path(output_dir), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
     return manifest
 
+
+def pick_engine(settings: DataSettings) -> Tuple[str, Optional[float]]:
+    """(local or beam, the source's size in MB when `auto` measured it)."""
+    if settings.engine != "auto":
+        return settings.engine, None
+    megabytes = sum(f.size for f in readers.resolve(settings.source, settings.format)) / 2 ** 20
+    return ("beam" if megabytes > settings.beam_threshold_mb else "local"), megabytes
 
 
 @reports_errors("ingest")
@@ -257,10 +317,21 @@ def run_ingest(*, settings: DataSettings, examples_dir: str, numeric_label: bool
     gives it). `source_fingerprint`: what the fingerprint step saw (the cache key); a
     different fingerprint now means the data changed in between, and what is there now is
     read. Returns the manifest."""
-    manifest = ingest_data(settings.source, examples_dir, settings.label, list(settings.numeric_features),
-                           list(settings.categorical_features), settings.split.eval_percent, settings.split.key,
-                           numeric_label=numeric_label, data_format=settings.format, na_values=settings.na_values,
-                           max_dropped_label_fraction=settings.max_dropped_label_fraction)
+    engine, megabytes = pick_engine(settings)
+    if settings.engine == "auto":
+        print(f"note: data.engine auto: {settings.source} is {megabytes:,.1f} MB, "
+              f"{'above' if engine == 'beam' else 'at or below'} data.beam_threshold_mb "
+              f"({settings.beam_threshold_mb:g}): {engine}", flush=True)
+    common = dict(numeric_label=numeric_label, data_format=settings.format, na_values=settings.na_values,
+                  max_dropped_label_fraction=settings.max_dropped_label_fraction)
+    args = (settings.source, examples_dir, settings.label, list(settings.numeric_features),
+            list(settings.categorical_features), settings.split.eval_percent, settings.split.key)
+    if engine == "beam":
+        from components.ingest.beam import ingest_data_beam
+
+        manifest = ingest_data_beam(*args, pipeline_args=settings.beam_pipeline_args, **common)
+    else:
+        manifest = ingest_data(*args, **common)
     if manifest["rows_dropped_missing_label"]:
         print(f"note: {manifest['rows_dropped_missing_label']} row(s) without a '{settings.label}' dropped",
               flush=True)

@@ -30,6 +30,19 @@ class DataSettings(Columns):
         0.2, ge=0, le=1, description="more rows than this without a label stop ingest (the label column is "
                                      "probably wrong, or its values spelt like na_values)")
 
+    engine: Literal["local", "beam", "auto"] = Field(
+        "local", description="local: ingest in this process; beam: an Apache Beam job on the runner in "
+                             "beam_pipeline_args (the same reading, split, encoding, shards and statistics); "
+                             "auto: beam when the source is larger than beam_threshold_mb, else local")
+    beam_threshold_mb: float = Field(10240, gt=0, description="engine auto: sources larger than this (the sum of "
+                                                              "their files' sizes, MB) go to Beam")
+    beam_pipeline_args: List[str] = Field(
+        default_factory=list,
+        description="Beam's pipeline options, e.g. [--runner=DataflowRunner, --project=p, --region=r, "
+                    "--temp_location=gs://b/tmp, --sdk_container_image=<the gpupipe CPU image>]; none: the "
+                    "DirectRunner in this task. A runner other than the DirectRunner needs --temp_location (the "
+                    "job writes its outputs there, then they are moved into the examples artifact)")
+
     @model_validator(mode="after")
     def _split_key_is_not_label(self) -> "DataSettings":
         if self.split.key is not None and self.split.key == self.label:

@@ -1,0 +1,269 @@
+"""Ingest as one Apache Beam job (`data.engine: beam`), on the runner that
+`data.beam_pipeline_args` names: the DirectRunner in this task by default, or Dataflow,
+Flink, Spark, a portable runner.
+
+The job runs the in-process path's own code on each source file (components/sources
+readers, `logic.prepare_batch`: the same casts, missing values, inf check, hash split and
+tfx_bsl encoder), writes the same layout (`{train,eval}/part-NNNNN.tfrecord.gz`, gzip)
+with Beam's TFRecord sink, and computes the statistics in the same job with TFDV's
+`GenerateStatistics` on the same Arrow batches. The driver then applies the same checks
+on the whole table and writes the same manifest.json (`logic.finish_ingest`).
+
+Nothing half-written: the job writes into a staging location (`--temp_location` when
+given, else a directory beside the examples artifact); only when it succeeded and the
+checks pass are its files moved into the artifact, manifest.json last. A bad row ends the
+job's work on that file and is reported as the same one-line GpupipeError as in process
+(of the first bad file in source order); the staging location is then removed.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from typing import List, Optional, Sequence
+
+from apache_beam import coders
+from apache_beam.io import tfrecordio
+from apache_beam.io.filesystem import CompressionTypes
+
+from components.contracts import names
+from components.contracts.errors import GpupipeError
+from components.contracts.examples import examples_pattern, manifest_path
+from components.contracts.storage import delete_prefix, download_prefix, is_gcs
+from components.ingest.logic import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
+from components.sources import readers
+
+_LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
+_JOB = "_job"  # the job's own small outputs inside the staging location (per-file counts, errors, statistics)
+_BATCHES = "_batches"
+
+
+def _tag(split: str) -> str:
+    return split + _BATCHES
+
+
+class ReadPrepareSplit:
+    """The per-file work, as a DoFn's body: (index, SourceFile) -> per split, the tf.Example
+    records of each batch and its list-column batch (for statistics); then one summary of
+    the file, or the file's one-line error."""
+
+    def __init__(self, types, numeric_features: List[str], na_values: Sequence[str], eval_percent: int,
+                 split_key: Optional[str]):
+        self.types, self.numeric_features, self.na_values = types, list(numeric_features), list(na_values)
+        self.eval_percent, self.split_key = eval_percent, split_key
+
+    def __call__(self, item):
+        import pyarrow as pa
+        from apache_beam import pvalue
+
+        index, f = item
+        rows = {split: 0 for split in names.SPLITS}
+        dropped = 0
+        try:
+            for batch in readers.read_batches(f, self.types, self.na_values):
+                lost, prepared = prepare_batch(batch, self.numeric_features, f.uri, self.eval_percent, self.split_key)
+                dropped += lost
+                if prepared is None:
+                    continue
+                for split, mask in prepared.masks():
+                    if mask.any():
+                        rows[split] += int(mask.sum())
+                        yield pvalue.TaggedOutput(split, prepared.records_of(mask))
+                        yield pvalue.TaggedOutput(_tag(split), prepared.lists.filter(pa.array(mask)))
+        except GpupipeError as err:
+            yield pvalue.TaggedOutput("errors", json.dumps({"index": index, "error": str(err)}))
+            return
+        yield pvalue.TaggedOutput("files", json.dumps({"index": index, "uri": f.uri, "bytes": f.size,
+                                                       "rows": sum(rows.values()), "split_rows": rows,
+                                                       "dropped": dropped}))
+
+
+def pipeline_options(pipeline_args: Sequence[str]):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return PipelineOptions(list(pipeline_args))
+
+
+def runner_of(pipeline_args: Sequence[str]) -> str:
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = pipeline_options(pipeline_args).view_as(StandardOptions).runner or ""
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def staging_location(examples_dir: str, pipeline_args: Sequence[str]) -> str:
+    """Where the job writes: under --temp_location when given (the runner's workers must
+    reach it), else a new directory beside the examples artifact (a local runner)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    temp = pipeline_options(pipeline_args).view_as(GoogleCloudOptions).temp_location
+    job = f"gpupipe-ingest-{uuid.uuid4().hex[:12]}"
+    if temp:
+        return temp.rstrip("/") + "/" + job
+    runner = runner_of(pipeline_args)
+    if runner not in _LOCAL_RUNNERS:
+        raise GpupipeError(f"data.beam_pipeline_args: --runner={runner} runs on other machines, which cannot write "
+                           "into this task's examples directory; add --temp_location=gs://BUCKET/tmp (a location "
+                           "the workers and this task both reach)")
+    return os.path.join(os.path.dirname(os.path.abspath(examples_dir)),
+                        f".{os.path.basename(os.path.abspath(examples_dir))}.{job}")
+
+
+class _GzipWriter:
+    """A file handle that gzips what is written to it at `level`, in chunks of about 1 MB,
+    into a file Beam opened."""
+
+    def __init__(self, raw, level: int, chunk: int = 1 << 20):
+        import gzip
+
+        self._raw, self._chunk = raw, chunk
+        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0)
+        self._pending, self._size = [], 0
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._size += len(data)
+        if self._size >= self._chunk:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._gzip.write(b"".join(self._pending))
+        self._pending, self._size = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self._gzip.close()
+        self._raw.close()
+
+
+class GzipTFRecordSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-access
+    """Beam's TFRecord sink with its shards gzipped at ingest's level (Beam's own gzip has
+    no level and uses zlib's default, 6: slower, and ingest is gzip-bound), named
+    `<prefix>-NNNNN.tfrecord.gz` like the in-process path's."""
+
+    def __init__(self, prefix: str):
+        super().__init__(prefix, coders.BytesCoder(), ".tfrecord.gz", 0, "-SSSSS", CompressionTypes.UNCOMPRESSED)
+
+    def open(self, temp_path):
+        return _GzipWriter(super().open(temp_path), GZIP_LEVEL)
+
+
+def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
+    """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
+    split, per-file summaries and errors, all under `staging`."""
+    import apache_beam as beam
+    import tensorflow_data_validation as tfdv
+
+    out = (p
+           | "Files" >> beam.Create(list(enumerate(files)))
+           | "Spread" >> beam.Reshuffle()
+           | "ReadPrepareSplit" >> beam.FlatMap(fn).with_outputs(
+               *names.SPLITS, *map(_tag, names.SPLITS), "files", "errors"))
+    job = staging.rstrip("/") + "/" + _JOB
+    for split in names.SPLITS:
+        prefix = staging.rstrip("/") + f"/{split}/part"
+        (out[split]
+         | f"Records{split}" >> beam.FlatMap(lambda records: records)
+         | f"Write{split}" >> beam.io.Write(GzipTFRecordSink(prefix)))
+        (out[_tag(split)]
+         | f"Statistics{split}" >> tfdv.GenerateStatistics(tfdv.StatsOptions())
+         | f"WriteStatistics{split}" >> tfdv.WriteStatisticsToBinaryFile(f"{job}/{split}.{names.STATS_FILE}"))
+    for what in ("files", "errors"):
+        out[what] | f"Write{what}" >> beam.io.WriteToText(f"{job}/{what}.jsonl", shard_name_template="")
+
+
+def _json_lines(path: str) -> List[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _read_stats(path: str, split: str):
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    stats = statistics_pb2.DatasetFeatureStatisticsList()
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            stats.ParseFromString(f.read())
+    if stats.datasets:
+        stats.datasets[0].name = split
+    return stats
+
+
+def _move_into(local: str, output_dir: str) -> None:
+    """The staged files into the examples directory: the splits and statistics first, the
+    manifest last (a reader that goes by it never sees it before what it names)."""
+    os.makedirs(output_dir, exist_ok=True)
+    entries = sorted(os.listdir(local), key=lambda n: (n == os.path.basename(manifest_path(local)), n))
+    for name in entries:
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(local, name), target)
+
+
+def ingest_data_beam(
+    source: str,
+    output_dir: str,
+    label: str,
+    numeric_features: List[str],
+    categorical_features: List[str],
+    eval_percent: int = 20,
+    split_key: Optional[str] = None,
+    numeric_label: bool = False,
+    data_format: str = "auto",
+    na_values: Sequence[str] = names.NA_VALUES,
+    max_dropped_label_fraction: float = 1.0,
+    pipeline_args: Sequence[str] = (),
+) -> dict:
+    """`logic.ingest_data`'s outputs (shards, statistics/stats.pb, manifest.json) from one
+    Beam job. Returns the manifest."""
+    import apache_beam as beam
+
+    files = readers.resolve(source, data_format)
+    readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
+    types = column_types(label, numeric_features, categorical_features, numeric_label)
+    staging = staging_location(output_dir, pipeline_args)
+    local = staging if not is_gcs(staging) else tempfile.mkdtemp(
+        prefix=".gpupipe-ingest-", dir=os.path.dirname(os.path.abspath(output_dir)))
+    try:
+        try:
+            pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
+        except ValueError as err:  # an unknown runner
+            raise GpupipeError(f"data.beam_pipeline_args: {' '.join(str(err).split())}; fix the runner's "
+                               "arguments") from None
+        fn = ReadPrepareSplit(types, numeric_features, na_values, eval_percent, split_key)
+        build_pipeline(pipeline, files, staging, fn)
+        pipeline.run().wait_until_finish()
+        if is_gcs(staging):
+            download_prefix(staging, local)
+        job = os.path.join(local, _JOB)
+        errors = sorted(_json_lines(os.path.join(job, "errors.jsonl")), key=lambda e: e["index"])
+        if errors:
+            raise GpupipeError(errors[0]["error"])
+        summaries = sorted(_json_lines(os.path.join(job, "files.jsonl")), key=lambda s: s["index"])
+        rows = {split: sum(s["split_rows"][split] for s in summaries) for split in names.SPLITS}
+        stats = {split: _read_stats(os.path.join(job, f"{split}.{names.STATS_FILE}"), split)
+                 for split in names.SPLITS if rows[split]}
+        shutil.rmtree(job)
+        shards = {split: len(glob.glob(examples_pattern(local, split))) for split in names.SPLITS}
+        manifest = finish_ingest(
+            local, source=source, files=files,
+            per_file=[{"uri": s["uri"], "bytes": s["bytes"], "rows": s["rows"]} for s in summaries],
+            rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats,
+            stats_seconds=None, label=label, numeric_features=numeric_features,
+            categorical_features=categorical_features, numeric_label=numeric_label, split_key=split_key,
+            eval_percent=eval_percent, compression_level=GZIP_LEVEL,
+            max_dropped_label_fraction=max_dropped_label_fraction,
+            engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
+                    "pipeline_args": list(pipeline_args)})
+        _move_into(local, output_dir)
+        return manifest
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+        if is_gcs(staging):
+            delete_prefix(staging)

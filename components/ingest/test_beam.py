@@ -1,0 +1,153 @@
+"""The Beam engine (components/ingest/beam.py) against the in-process path on the same
+multi-file input: the same examples in the same splits, the same statistics, the same
+one-line errors, nothing half-written."""
+import glob
+import json
+import os
+import random
+
+import pytest
+import tensorflow as tf
+
+from components.contracts.errors import GpupipeError
+from components.contracts.examples import examples_pattern
+from components.contracts.statistics import read_statistics
+from components.ingest.beam import ingest_data_beam, staging_location
+from components.ingest.logic import ingest_data, pick_engine
+from components.ingest.settings import DataSettings
+
+pytestmark = pytest.mark.unit
+
+MULTI_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+COLUMNS = dict(label="label", numeric_features=["x", "y"], categorical_features=["id", "color"])
+FILES, ROWS_PER_FILE = 4, 800
+
+
+def write_source(directory, files=FILES, rows=ROWS_PER_FILE, bad=None) -> str:
+    """`files` CSVs of `rows` rows each, with missing values in x, color and (dropped)
+    label; `bad`: (file, line) where x holds text."""
+    rng = random.Random(7)
+    os.makedirs(directory, exist_ok=True)
+    for k in range(files):
+        lines = ["id,label,x,y,color"]
+        for i in range(rows):
+            n = k * rows + i
+            label = "" if n % 97 == 0 else rng.choice("ab")
+            x = "" if n % 11 == 0 else f"{rng.random() * 10:.4f}"
+            if bad == (k, i + 2):
+                x = "oops"
+            lines.append(f"r{n},{label},{x},{rng.gauss(0, 1):.5f},{rng.choice(['red', 'blue', 'green', ''])}")
+        with open(os.path.join(directory, f"part-{k}.csv"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return str(directory)
+
+
+def records(examples_dir: str, split: str) -> list:
+    """Every tf.Example of a split, serialized deterministically (the encoder's order of
+    features is a map's, which differs between processes)."""
+    files = sorted(glob.glob(examples_pattern(examples_dir, split)))
+    return [tf.train.Example.FromString(r.numpy()).SerializeToString(deterministic=True)
+            for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def ids(serialized: set) -> set:
+    return {tf.train.Example.FromString(r).features.feature["id"].bytes_list.value[0] for r in serialized}
+
+
+def by_feature(dataset) -> dict:
+    return {f.path.step[0]: f for f in dataset.features}
+
+
+def common(feature):
+    return feature.num_stats.common_stats if feature.HasField("num_stats") else feature.string_stats.common_stats
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """One multi-file source ingested by both engines: Beam's DirectRunner with two worker
+    processes, and in process."""
+    root = tmp_path_factory.mktemp("engines")
+    source = write_source(root / "src")
+    local = ingest_data(source, str(root / "local"), **COLUMNS, eval_percent=25)
+    beam = ingest_data_beam(source, str(root / "beam"), **COLUMNS, eval_percent=25, pipeline_args=MULTI_PROCESS)
+    return {"root": root, "local": local, "beam": beam, "dirs": {k: str(root / k) for k in ("local", "beam")}}
+
+
+def test_same_examples_in_the_same_splits(both):
+    local, beam = both["dirs"]["local"], both["dirs"]["beam"]
+    assert both["beam"]["rows"] == both["local"]["rows"]
+    assert sum(both["local"]["rows"].values()) == FILES * ROWS_PER_FILE - both["local"]["rows_dropped_missing_label"]
+    for split in ("train", "eval"):
+        on_beam, in_process = records(beam, split), records(local, split)
+        assert len(on_beam) == len(set(on_beam)) == both["local"]["rows"][split]  # none lost or written twice
+        assert ids(on_beam) == ids(in_process)  # split membership
+        assert set(on_beam) == set(in_process)  # the same tf.Example records
+    shards = sorted(glob.glob(examples_pattern(beam, "train")))
+    assert os.path.basename(shards[0]) == "part-00000.tfrecord.gz"
+    with open(shards[0], "rb") as f:
+        header = f.read(10)
+    assert header[:2] == b"\x1f\x8b" and header[8] == 4  # gzip, at the fastest level (XFL=4), as in process
+
+
+def test_same_manifest_apart_from_the_engine(both):
+    beam, local = dict(both["beam"]), dict(both["local"])
+    on_disk = json.loads(open(os.path.join(both["dirs"]["beam"], "manifest.json")).read())
+    assert on_disk == beam
+    assert beam.pop("engine") == {"name": "beam", "runner": "DirectRunner", "pipeline_args": MULTI_PROCESS}
+    assert local.pop("engine") == {"name": "local"}
+    beam.pop("shards"), local.pop("shards")
+    assert beam.pop("statistics") == {"file": "statistics/stats.pb"}
+    assert local.pop("statistics")["file"] == "statistics/stats.pb"
+    assert beam == local  # files with their rows, dropped labels, split rule, types, fingerprint, gzip level
+
+
+def test_same_statistics_counts_exact_means_close(both):
+    local = {d.name: d for d in read_statistics(os.path.join(both["dirs"]["local"], "statistics/stats.pb")).datasets}
+    beam = {d.name: d for d in read_statistics(os.path.join(both["dirs"]["beam"], "statistics/stats.pb")).datasets}
+    assert sorted(beam) == sorted(local) == ["eval", "train"]
+    for split in ("train", "eval"):
+        assert beam[split].num_examples == local[split].num_examples == both["local"]["rows"][split]
+        fb, fl = by_feature(beam[split]), by_feature(local[split])
+        assert sorted(fb) == sorted(fl) == ["color", "id", "label", "x", "y"]
+        for name in fl:
+            assert (common(fb[name]).num_non_missing, common(fb[name]).num_missing) == \
+                   (common(fl[name]).num_non_missing, common(fl[name]).num_missing), name
+            if fl[name].HasField("num_stats"):
+                assert fb[name].num_stats.mean == pytest.approx(fl[name].num_stats.mean, rel=1e-9)
+                assert fb[name].num_stats.num_zeros == fl[name].num_stats.num_zeros
+                assert (fb[name].num_stats.min, fb[name].num_stats.max) == \
+                       (fl[name].num_stats.min, fl[name].num_stats.max)
+            else:
+                assert fb[name].string_stats.unique == fl[name].string_stats.unique
+        assert common(fl["x"]).num_missing > 0  # the missing values were there to count
+
+
+def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path):
+    source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))
+    with pytest.raises(GpupipeError) as in_process:
+        ingest_data(source, str(tmp_path / "local"), **COLUMNS)
+    with pytest.raises(GpupipeError) as on_beam:
+        ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
+    message = str(on_beam.value)
+    assert message == str(in_process.value)
+    assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
+                              "holds") and "\n" not in message
+    assert not os.path.exists(tmp_path / "beam")  # no shard, no manifest
+    assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and no staging left beside it
+
+
+def test_a_remote_runner_needs_a_temp_location(tmp_path):
+    with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=DataflowRunner .* add "
+                                           r"--temp_location=gs://"):
+        staging_location(str(tmp_path / "examples"), ["--runner=DataflowRunner", "--project=p"])
+    staged = staging_location(str(tmp_path / "ex"), ["--runner=FlinkRunner", "--temp_location=gs://b/tmp/"])
+    assert staged.startswith("gs://b/tmp/gpupipe-ingest-")
+    assert os.path.dirname(staging_location(str(tmp_path / "ex"), [])) == str(tmp_path)
+
+
+@pytest.mark.parametrize("engine, threshold, expected", [("local", 0.0001, "local"), ("beam", 1e6, "beam"),
+                                                         ("auto", 1e6, "local"), ("auto", 0.0001, "beam")])
+def test_engine_auto_picks_by_the_source_size(tmp_path, engine, threshold, expected):
+    source = write_source(tmp_path / "src", files=2, rows=20)  # about 1.6 kB
+    settings = DataSettings(source=source, **COLUMNS, engine=engine, beam_threshold_mb=threshold)
+    assert pick_engine(settings)[0] == expected
