@@ -1,4 +1,4 @@
-"""The gpupipe command line: compile, run, schema, rollback, manifest, upload, submit, schedule, runs.
+"""The gpupipe command line: compile and run pipelines, manage served versions, print manifests, use KFP.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -142,8 +142,44 @@ def cmd_versions(args: argparse.Namespace) -> int:
     for r in records:
         value = r["metrics"].get(metric)
         shown = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else f"{metric} -"
-        print(f"{r['version']:>4}  {','.join(r['labels']) or '-':<14} {shown:<18} model {r['digest'][:12] or '-':<12} "
-              f"run {r['run_id'] or '-'}")
+        state = r["state"] + (" (pushing)" if r["in_progress"] else "") + ("" if r["whole"] else " (files removed)")
+        lineage = r["lineage"]
+        print(f"{r['version']:>4}  {state:<26} {','.join(r['labels']) or '-':<14} {shown:<18} "
+              f"model {r['digest'][:12] or '-':<12} run {r['run_id'] or '-'}")
+        blessing = lineage.get("blessing") or {}
+        details = [("run name", lineage.get("run_name")), ("pipeline", lineage.get("pipeline")),
+                   ("gpupipe", lineage.get("gpupipe_version")), ("image", lineage.get("image")),
+                   ("data", lineage.get("data_fingerprint")), ("config", (lineage.get("config_digest") or "")[:12]),
+                   ("pushed", lineage.get("pushed_at"))]
+        shown_details = "  ".join(f"{k} {v}" for k, v in details if v)
+        if shown_details:
+            print(f"      {shown_details}")
+        if blessing.get("reasons"):
+            print(f"      {'blessed' if blessing.get('blessed') else 'not blessed'}: {'; '.join(blessing['reasons'])}")
+        if r["reason"] and r["state"] in ("failed", "retired", "canary"):
+            print(f"      {r['state']}: {r['reason']}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from components.store.served import promote
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    previous, now = promote(base, config.serving.model_name, config.serving.keep_versions)
+    print(f"{config.serving.model_name}: canary version {now} is now stable (previous stable {previous}, kept for "
+          f"rollback) ({base.rstrip('/')}/models.config)")
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    from components.store.served import abort, served_version_number
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    version = abort(base, config.serving.model_name)
+    print(f"{config.serving.model_name}: canary version {version} aborted (marked failed, label and files removed); "
+          f"stable stays version {served_version_number(base, config.serving.model_name)}")
     return 0
 
 
@@ -305,10 +341,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_rollback)
 
-    p = sub.add_parser("versions", help="list the versions under the serving base: labels, metric, model digest, run")
+    p = sub.add_parser("versions", help="list the versions under the serving base: state, labels, metric, model "
+                                        "digest and lineage (run, pipeline, gpupipe, image, data, config, blessing)")
     p.add_argument("config")
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_versions)
+
+    p = sub.add_parser("promote", help="make the canary version stable (the stable before is kept for rollback)")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_promote)
+
+    p = sub.add_parser("abort", help="drop the canary version: marked failed, its label and files removed")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_abort)
 
     p = sub.add_parser("upload", help="upload compiled pipelines to KFP as a new version (named by version and git SHA)")
     p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")

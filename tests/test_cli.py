@@ -134,20 +134,28 @@ def test_compile_refuses_a_cluster_location_a_pod_would_lose(tmp_path, edit, exp
     assert not (tmp_path / "o").exists()
 
 
-def test_versions_lists_labels_metric_model_and_run(tmp_path):
+def test_versions_lists_state_labels_metric_and_lineage(tmp_path, capsys):
     from components.push.logic import push_model
+    from pipelines.cli import main
 
     model = tmp_path / "model"
     (model / "variables").mkdir(parents=True)
     (model / "saved_model.pb").write_bytes(b"pb")
     (model / "variables" / "variables.index").write_bytes(b"i")
     base = str(tmp_path / "serving")
-    push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a")
+    lineage = {"run_name": "nightly-1", "pipeline": "penguins", "gpupipe_version": "0.1.0", "image": "img:1",
+               "data_fingerprint": "d1g3st", "config_digest": "c0ffee" * 4}
+    push_model(str(model), True, ["accuracy ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a",
+               lineage=lineage)
     (model / "saved_model.pb").write_bytes(b"pb2")
-    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b")
-    out = gpupipe("versions", "configs/penguins.yaml", "--serving-base", base)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert [line.split()[:4] for line in lines] == [["1", "-", "accuracy", "0.9700"],
-                                                     ["2", "stable", "accuracy", "0.9800"]]
-    assert lines[1].endswith("run run-b") and second.version == 2
+    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b",
+                        canary_percent=10)
+    assert main(["versions", "configs/penguins.yaml", "--serving-base", base]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[:5] for line in lines if not line.startswith("      ")] == [
+        ["1", "stable", "stable", "accuracy", "0.9700"], ["2", "canary", "canary", "accuracy", "0.9800"]]
+    assert lines[0].endswith("run run-a") and second.version == 2
+    assert lines[1].split() == ["run", "name", "nightly-1", "pipeline", "penguins", "gpupipe", "0.1.0", "image",
+                                "img:1", "data", "d1g3st", "config", "c0ffeec0ffee", "pushed", lines[1].split()[-1]]
+    assert lines[2].strip() == "blessed: accuracy ok"
+    assert lines[-1].strip() == "canary: canary for 10% of the traffic"

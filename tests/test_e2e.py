@@ -54,6 +54,13 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run):
     assert f"eval accuracy: {blessing['value']:.4f} (threshold 0.9000): blessed" in summary
     assert (run_dir / "validate" / "report").is_file()
 
+    # The version's state and lineage, as the pipeline wired them through kfp.local.
+    record = json.loads((serving / "penguins" / "versions.json").read_text())["versions"]["1"]
+    lineage = record["lineage"]
+    assert record["state"] == "stable" and lineage["pipeline"] == "penguins" and lineage["run_id"]
+    assert lineage["run_name"] and lineage["data_fingerprint"] and len(lineage["config_digest"]) == 64
+    assert lineage["blessing"]["blessed"] and lineage["metrics"]["accuracy"] == blessing["value"]
+
 
 def test_live_progress_shows_on_a_non_tty(first_run):
     """stderr is a pipe here: plain progress lines, the first and the last epoch at least."""
@@ -96,7 +103,7 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     assert "data drift vs served version 1: no drift past thresholds" in text
     assert "baseline: served version 1, accuracy" in text
     assert "not pushed: not blessed: accuracy" in text
-    assert sorted(p.name for p in (serving / "penguins").iterdir()) == ["1"]
+    assert sorted(p.name for p in (serving / "penguins").iterdir() if p.name.isdigit()) == ["1"]  # no version 2
     push_summary = next(Path(second.run_dir).glob("push/summary")).read_text()  # the push task's UI output
     assert push_summary.startswith("# Not pushed") and "not pushed: not blessed: accuracy" in push_summary
 

@@ -21,6 +21,12 @@ class ServingSettings(Strict):
         None, description="TF Serving gRPC host:port; when set, push waits for the new version and smoke-tests it")
     smoke_rows: int = Field(8, ge=1, description="eval rows sent in the smoke test and in warmup requests")
     smoke_timeout_seconds: float = Field(120.0, gt=0)
+    canary_percent: int = Field(
+        0, ge=0, le=100, description="0: a pushed version becomes stable; >0: it becomes the canary (label canary, "
+                                     "this share of the traffic under KServe) until `gpupipe promote` or `abort`")
+    push_timeout_seconds: float = Field(
+        3600.0, gt=0, description="a push not finished after this long is taken as dead: the next push, promote "
+                                  "or abort fails its version and drops its canary label")
     tf_serving_version: str = Field("2.16.1", description="TF Serving runtime in the KServe manifest")
     namespace: Optional[str] = Field(None, description="Kubernetes namespace of the KServe InferenceService")
     service_account: Optional[str] = Field(

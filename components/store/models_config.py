@@ -32,13 +32,17 @@ def labels(text: Optional[str], model_name: str) -> Dict[str, int]:
 
 
 def set_labels(text: Optional[str], model_name: str, base_path: str, new_labels: Dict[str, int]) -> str:
-    """models.config text with `model_name` serving exactly the labelled versions; other
-    models in the file are kept as they are."""
+    """models.config text with `model_name` serving exactly the labelled versions (no
+    entry for it when there are none); other models in the file are kept as they are."""
     from google.protobuf import text_format
 
     config = parse(text)
     entries = config.model_config_list.config
     entry = next((e for e in entries if e.name == model_name), None)
+    if not new_labels:
+        if entry is not None:
+            entries.remove(entry)
+        return text_format.MessageToString(config)
     if entry is None:
         entry = entries.add()
         entry.name = model_name
