@@ -85,7 +85,9 @@ def sync_models_config(store: ServingStore) -> str:
     versions (the record is read at each attempt, so the last writer renders the last
     record); other models in the file are kept."""
     def render(text: Optional[str]) -> str:
-        return models_config.set_labels(text, store.model_name, _base_path(store), states.labels(read_record(store)))
+        record = read_record(store)
+        return models_config.set_labels(text, store.model_name, _base_path(store), states.labels(record),
+                                        states.loaded(record))
 
     return store.update_models_config(render) or ""
 
@@ -164,6 +166,7 @@ def pass_canary(store: ServingStore, version: int, reason: str, now: Optional[fl
     def change(record: dict) -> None:
         _still_alive(record, version)
         states.set_state(record, version, states.CANARY, now, reason, passed=True, in_progress=False, deadline=None)
+        states.supersede_canaries(record, version, now)
 
     update_record(store, change, now)
 

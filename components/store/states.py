@@ -96,6 +96,21 @@ def labels(record: dict) -> Dict[str, int]:
     return out
 
 
+def loaded(record: dict) -> List[int]:
+    """The versions models.config must name: the labelled ones and every canary still being
+    smoke-tested (two pushes at once each need theirs loaded; the label goes to the newest)."""
+    in_test = [v for v in numbers(record, CANARY) if entry(record, v).get("in_progress")]
+    return sorted(set(labels(record).values()) | set(in_test))
+
+
+def supersede_canaries(record: dict, version: int, now: float) -> None:
+    """Passed canaries older than `version` retire: `version` is the release now."""
+    for v in numbers(record, CANARY):
+        e = entry(record, v)
+        if v < version and e.get("passed") and not e.get("in_progress"):
+            set_state(record, v, RETIRED, now, f"superseded by version {version}")
+
+
 def set_state(record: dict, version: int, state: str, now: float, reason: str = "", **fields) -> None:
     e = record["versions"][str(version)]
     e["state"] = state
@@ -116,6 +131,7 @@ def make_stable(record: dict, version: int, now: float, reason: str, newer_only:
     stable. With `newer_only` (a push), a newer stable that a concurrent push made stays,
     and `version` retires as passed. Returns the stable before (None when there was none)."""
     before = stable(record)
+    supersede_canaries(record, version, now)
     if newer_only and before is not None and before > version:
         set_state(record, version, RETIRED, now, f"passed, but version {before} was made stable meanwhile",
                   passed=True, in_progress=False, deadline=None)
