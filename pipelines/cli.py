@@ -186,7 +186,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import kserve_inference_service, launcher_rbac, tenant_manifests
+    from pipelines.manifests import (kserve_base, kserve_inference_service, launcher_rbac, tenant_manifests,
+                                     tf_serving_manifests)
 
     config = load_config(args.config)
     if args.tenant:
@@ -196,8 +197,17 @@ def cmd_manifest(args: argparse.Namespace) -> int:
                                 args.cohort, args.service_account or "default-editor")
     elif args.rbac:
         docs = launcher_rbac(config, args.namespace, args.service_account or "pipeline-runner")
+    elif args.tfserving:
+        docs = tf_serving_manifests(config, args.serving_base or "")
     else:
-        docs = [kserve_inference_service(config, args.serving_base or "")]
+        base = kserve_base(config, args.serving_base or "")  # a local base is refused before anything is read
+        if args.version is not None:
+            stable, canary = args.version, args.canary
+        else:
+            from components.store.served import releases
+
+            stable, canary = releases(base, config.serving.model_name)
+        docs = [kserve_inference_service(config, base, stable, canary)]
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     return 0
 
@@ -392,10 +402,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=10)
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model, or (--rbac) the "
-                                        "Role and RoleBinding the train task needs to launch multi-worker jobs")
+    p = sub.add_parser("manifest", help="print a KServe InferenceService serving the released version (or, "
+                                        "--tfserving, a TF Serving Deployment reading models.config), or (--rbac) "
+                                        "the Role and RoleBinding the train task needs to launch multi-worker jobs")
     p.add_argument("config")
-    p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI)")
+    p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI, "
+                                          "TF Serving a gs:// one)")
+    p.add_argument("--tfserving", action="store_true",
+                   help="print a TF Serving ConfigMap, Deployment, Service (and HPA) instead of the InferenceService")
+    p.add_argument("--version", type=int, help="KServe: the stable version to serve (default: the serving base's "
+                                               "stable version)")
+    p.add_argument("--canary", type=int, help="with --version: the canary version (default: none)")
     p.add_argument("--rbac", action="store_true", help="print the launcher's Role and RoleBinding instead")
     p.add_argument("--namespace", default="kubeflow", help="with --rbac: where the pipeline runs (default: kubeflow)")
     p.add_argument("--service-account",

@@ -104,3 +104,37 @@ def test_two_pushes_racing_on_gcs_both_land_and_models_config_stays_consistent(m
         assert list(entry.model_version_policy.specific.versions) == [3]
         # The newer version is stable whichever push ended last; the older one passed and retired.
         assert record["previous_stable"] in (1, 2)
+
+
+def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alone(monkeypatch, model_dir, capsys,
+                                                                                   tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from components.contracts.storage import gcs_client
+    from pipelines.cli import main
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml").read_text())
+    raw["serving"]["canary_percent"] = 10
+    (tmp_path / "penguins.yaml").write_text(yaml.safe_dump(raw))
+    CONFIG = str(tmp_path / "penguins.yaml")
+    with gcs_emulator(monkeypatch) as bucket:
+        base = f"gs://{bucket}/serving"
+        for _ in range(2):
+            push_model(model_dir, True, ["ok"], base, "penguins")
+        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=10)  # 3: the canary
+        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
+        assert predictor["canaryTrafficPercent"] == 10  # the config's canary_percent: 10
+        # What KServe's storage initializer downloads: version 3 alone (it serves the highest it finds)
+        names = {b.name for b in gcs_client().list_blobs(bucket, prefix="serving/penguins/releases/3/")}
+        assert names and {n.split("/")[4] for n in names} == {"3"}
+        assert "serving/penguins/releases/3/3/saved_model.pb" in names
+        assert main(["promote", CONFIG, "--serving-base", base]) == 0
+        capsys.readouterr()
+        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
+        assert "canaryTrafficPercent" not in predictor  # promoted: all the traffic

@@ -3,7 +3,6 @@ serving base whose models.config parses and names only whole versions that passe
 no canary label outlives a failed or killed push; canary pushes, promote and abort."""
 import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,6 @@ from components.store import models_config, served, states
 from components.store.base import ServingStore
 
 pytestmark = pytest.mark.unit
-CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "penguins.yaml")
 
 
 class Killed(BaseException):
@@ -197,21 +195,3 @@ def test_a_newer_canary_supersedes_an_older_one(tmp_path, model_dir):
     push_model(model_dir, True, ["ok"], base, "m", canary_percent=10)
     assert served.current_labels(store) == {"stable": 1, "canary": 3}
     assert states.entry(served.read_record(store), 2)["state"] == "retired"
-
-
-def test_promote_and_abort_from_the_command_line(tmp_path, model_dir, capsys):
-    from pipelines.cli import main
-
-    base = str(tmp_path / "serving")
-    for _ in range(2):
-        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=0)
-    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
-    assert main(["promote", CONFIG, "--serving-base", base]) == 0
-    assert capsys.readouterr().out.startswith("penguins: canary version 3 is now stable (previous stable 2, kept for "
-                                              "rollback)")
-    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
-    assert main(["abort", CONFIG, "--serving-base", base]) == 0
-    assert capsys.readouterr().out.strip() == ("penguins: canary version 4 aborted (marked failed, label and files "
-                                               "removed); stable stays version 3")
-    assert main(["abort", CONFIG, "--serving-base", base]) == 2
-    assert capsys.readouterr().err.startswith("error: abort: penguins has no canary version under ")

@@ -128,6 +128,17 @@ def served_version(base: str, model_name: str) -> Optional[Tuple[int, str]]:
     return version, ServingStore(base, model_name).download_version(version)
 
 
+def releases(base: str, model_name: str) -> Tuple[Optional[int], Optional[int]]:
+    """(stable, canary) a model server should serve: the stable version when whole, and
+    the canary when it passed its smoke test and is whole (else None)."""
+    store = ServingStore(base, model_name)
+    record = read_record(store)
+    whole = set(store.versions())
+    stable, canary = states.stable(record), states.canary(record)
+    return (stable if stable in whole else None,
+            canary if canary in whole and states.passed(states.entry(record, canary)) else None)
+
+
 def version_of(store: ServingStore, digest: str, run_id: str) -> Optional[int]:
     """The version that run `run_id` pushed, and that passed, of the model with this digest."""
     record = read_record(store)
