@@ -83,6 +83,9 @@ def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
         t.join()
     assert sorted(r.version for r in results) == [1, 2, 3, 4, 5, 6]
     assert ServingStore(base, "m").versions() == [1, 2, 3, 4, 5, 6]
+    # every push recorded (none lost to another's write), the newest stable whichever ended last
+    assert record_states(base) == {1: "retired", 2: "retired", 3: "retired", 4: "retired", 5: "retired", 6: "stable"}
+    assert labels(base) == {"stable": 6}
 
 
 _SLOW_PUSH = textwrap.dedent("""
