@@ -25,7 +25,7 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.push.settings import ServingSettings
 from components.store import served, states
-from components.store.base import ServingStore
+from components.store.base import SAVED_MODEL_PB, ServingStore
 
 
 @dataclass
@@ -128,6 +128,8 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
     already made of the same model (a KFP retry of the task) is that version, not a new one."""
     if not blessed:
         return PushResult(pushed=False, reason="not blessed: " + "; ".join(blessing_reasons))
+    if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_PB)):  # before anything is recorded
+        raise GpupipeError(f"model: {model_dir} has no {SAVED_MODEL_PB}; it is not a SavedModel, retrain it")
     store = ServingStore(base, model_name)
     served.recover(store, run_id)  # dead pushes (and this run's earlier attempt) leave no canary behind
     digest = model_digest(model_dir)

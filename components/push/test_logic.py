@@ -242,6 +242,7 @@ def test_directory_without_saved_model_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(GpupipeError, match="has no saved_model.pb"):
         push_model(str(tmp_path / "empty"), True, ["ok"], str(tmp_path / "serving"), "m")
+    assert not (tmp_path / "serving").exists()  # nothing recorded, nothing claimed
 
 
 def test_a_retried_push_of_the_same_run_adds_no_version(tmp_path, model_dir):
