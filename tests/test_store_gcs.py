@@ -101,9 +101,10 @@ def test_two_pushes_racing_on_gcs_both_land_and_models_config_stays_consistent(m
         (entry,) = config.model_config_list.config
         assert entry.base_path == f"gs://{bucket}/serving/m"
         assert dict(entry.version_labels) == {"stable": 3} == states.labels(record)
-        assert list(entry.model_version_policy.specific.versions) == [3]
         # The newer version is stable whichever push ended last; the older one passed and retired.
         assert record["previous_stable"] in (1, 2)
+        # loaded: the stable version and the previous stable one (a rollback's target)
+        assert list(entry.model_version_policy.specific.versions) == sorted({3, record["previous_stable"]})
 
 
 def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alone(monkeypatch, model_dir, capsys,

@@ -64,8 +64,9 @@ def check_serving_base(base: str, allow_unfinished_canary: bool = False) -> dict
     for entry in config.model_config_list.config:
         assert entry.name == "m"
         named = set(entry.model_version_policy.specific.versions)
-        for version in named - set(entry.version_labels.values()):  # loaded for a smoke test still running
-            assert allow_unfinished_canary and states.entry(record, version).get("in_progress") and version in whole
+        for version in named - set(entry.version_labels.values()):  # the previous stable, or a smoke test's
+            e = states.entry(record, version)
+            assert version in whole and (states.passed(e) or (allow_unfinished_canary and e.get("in_progress")))
         for label, version in entry.version_labels.items():
             assert version in whole, f"{label} -> {version}: not a whole version"
             e = states.entry(record, version)

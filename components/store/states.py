@@ -97,10 +97,14 @@ def labels(record: dict) -> Dict[str, int]:
 
 
 def loaded(record: dict) -> List[int]:
-    """The versions models.config must name: the labelled ones and every canary still being
-    smoke-tested (two pushes at once each need theirs loaded; the label goes to the newest)."""
+    """The versions models.config names: the labelled ones, every canary still being
+    smoke-tested (two pushes at once each need theirs loaded; the label goes to the
+    newest) and the previous stable one, so that TF Serving has it loaded when a rollback
+    moves `stable` back (it refuses to move an existing label onto a version not loaded)."""
     in_test = [v for v in numbers(record, CANARY) if entry(record, v).get("in_progress")]
-    return sorted(set(labels(record).values()) | set(in_test))
+    previous = record.get("previous_stable")
+    kept = [previous] if previous is not None and passed(entry(record, previous)) else []
+    return sorted(set(labels(record).values()) | set(in_test) | set(kept))
 
 
 def supersede_canaries(record: dict, version: int, now: float) -> None:
