@@ -1,4 +1,5 @@
-"""The gpupipe command line: compile, run, report, schema, rollback, manifest, upload, submit, schedule, runs.
+"""The gpupipe command line: compile and run pipelines, report on runs, manage served versions, print
+manifests, use KFP.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -142,15 +143,52 @@ def cmd_versions(args: argparse.Namespace) -> int:
     for r in records:
         value = r["metrics"].get(metric)
         shown = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else f"{metric} -"
-        print(f"{r['version']:>4}  {','.join(r['labels']) or '-':<14} {shown:<18} model {r['digest'][:12] or '-':<12} "
-              f"run {r['run_id'] or '-'}")
+        state = r["state"] + (" (pushing)" if r["in_progress"] else "") + ("" if r["whole"] else " (files removed)")
+        lineage = r["lineage"]
+        print(f"{r['version']:>4}  {state:<26} {','.join(r['labels']) or '-':<14} {shown:<18} "
+              f"model {r['digest'][:12] or '-':<12} run {r['run_id'] or '-'}")
+        blessing = lineage.get("blessing") or {}
+        details = [("run name", lineage.get("run_name")), ("pipeline", lineage.get("pipeline")),
+                   ("gpupipe", lineage.get("gpupipe_version")), ("image", lineage.get("image")),
+                   ("data", lineage.get("data_fingerprint")), ("config", (lineage.get("config_digest") or "")[:12]),
+                   ("pushed", lineage.get("pushed_at"))]
+        shown_details = "  ".join(f"{k} {v}" for k, v in details if v)
+        if shown_details:
+            print(f"      {shown_details}")
+        if blessing.get("reasons"):
+            print(f"      {'blessed' if blessing.get('blessed') else 'not blessed'}: {'; '.join(blessing['reasons'])}")
+        if r["reason"] and r["state"] in ("failed", "retired", "canary"):
+            print(f"      {r['state']}: {r['reason']}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from components.store.served import promote
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    previous, now = promote(base, config.serving.model_name, config.serving.keep_versions)
+    print(f"{config.serving.model_name}: canary version {now} is now stable (previous stable {previous}, kept for "
+          f"rollback) ({base.rstrip('/')}/models.config)")
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    from components.store.served import abort, served_version_number
+
+    config = load_config(args.config)
+    base = args.serving_base or config.serving.base
+    version = abort(base, config.serving.model_name)
+    print(f"{config.serving.model_name}: canary version {version} aborted (marked failed, label and files removed); "
+          f"stable stays version {served_version_number(base, config.serving.model_name)}")
     return 0
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import kserve_inference_service, launcher_rbac, tenant_manifests
+    from pipelines.manifests import (kserve_base, kserve_inference_service, launcher_rbac, tenant_manifests,
+                                     tf_serving_manifests)
 
     config = load_config(args.config)
     if args.tenant:
@@ -160,8 +198,17 @@ def cmd_manifest(args: argparse.Namespace) -> int:
                                 args.cohort, args.service_account or "default-editor")
     elif args.rbac:
         docs = launcher_rbac(config, args.namespace, args.service_account or "pipeline-runner")
+    elif args.tfserving:
+        docs = tf_serving_manifests(config, args.serving_base or "")
     else:
-        docs = [kserve_inference_service(config, args.serving_base or "")]
+        base = kserve_base(config, args.serving_base or "")  # a local base is refused before anything is read
+        if args.version is not None:
+            stable, canary = args.version, args.canary
+        else:
+            from components.store.served import releases
+
+            stable, canary = releases(base, config.serving.model_name)
+        docs = [kserve_inference_service(config, base, stable, canary)]
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     return 0
 
@@ -347,10 +394,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_rollback)
 
-    p = sub.add_parser("versions", help="list the versions under the serving base: labels, metric, model digest, run")
+    p = sub.add_parser("versions", help="list the versions under the serving base: state, labels, metric, model "
+                                        "digest and lineage (run, pipeline, gpupipe, image, data, config, blessing)")
     p.add_argument("config")
     p.add_argument("--serving-base", help="override serving.base")
     p.set_defaults(func=cmd_versions)
+
+    p = sub.add_parser("promote", help="make the canary version stable (the stable before is kept for rollback)")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_promote)
+
+    p = sub.add_parser("abort", help="drop the canary version: marked failed, its label and files removed")
+    p.add_argument("config")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.set_defaults(func=cmd_abort)
 
     p = sub.add_parser("upload", help="upload compiled pipelines to KFP as a new version (named by version and git SHA)")
     p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")
@@ -401,10 +459,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CONFIG: flag runs whose input-wait fraction is above this (default: 0.3)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("manifest", help="print a KServe InferenceService for the served model, or (--rbac) the "
-                                        "Role and RoleBinding the train task needs to launch multi-worker jobs")
+    p = sub.add_parser("manifest", help="print a KServe InferenceService serving the released version (or, "
+                                        "--tfserving, a TF Serving Deployment reading models.config), or (--rbac) "
+                                        "the Role and RoleBinding the train task needs to launch multi-worker jobs")
     p.add_argument("config")
-    p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI)")
+    p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI, "
+                                          "TF Serving a gs:// one)")
+    p.add_argument("--tfserving", action="store_true",
+                   help="print a TF Serving ConfigMap, Deployment, Service (and HPA) instead of the InferenceService")
+    p.add_argument("--version", type=int, help="KServe: the stable version to serve (default: the serving base's "
+                                               "stable version)")
+    p.add_argument("--canary", type=int, help="with --version: the canary version (default: none)")
     p.add_argument("--rbac", action="store_true", help="print the launcher's Role and RoleBinding instead")
     p.add_argument("--namespace", default="kubeflow", help="with --rbac: where the pipeline runs (default: kubeflow)")
     p.add_argument("--service-account",

@@ -113,6 +113,19 @@ def launch_json(config: PipelineConfig) -> str:
                   labels=pods.queue_labels(config)).model_dump_json()
 
 
+def push_lineage(config: PipelineConfig) -> str:
+    """What each pushed version records of the pipeline that made it (JSON): the pipeline,
+    gpupipe's version, the image the tasks run in and a digest of the whole config."""
+    import hashlib
+    import json
+
+    from pipelines.version import __version__
+
+    return json.dumps({"pipeline": config.name, "gpupipe_version": __version__, "image": config.images.cpu_image,
+                       "config_digest": hashlib.sha256(config.model_dump_json().encode()).hexdigest()},
+                      sort_keys=True)
+
+
 def create_pipeline(config: PipelineConfig, local: bool = False):
     """Returns the `@dsl.pipeline` function for `config`: for the cluster (compile it; its
     defaults are the cluster locations) or, `local`, for kfp.local."""
@@ -176,7 +189,8 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
             model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
             examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
             schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            lineage=push_lineage(config), data_fingerprint=fingerprint_task.outputs["data"])
         push_task.set_display_name("Push to serving").set_caching_options(False)
 
         # Reads what the others recorded; the page is the task's HTML output in the Kubeflow UI.

@@ -1,32 +1,179 @@
 """Kubernetes manifests derived from a config (pure functions: config in, dict out)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from components.contracts.errors import GpupipeError
 from pipelines.config import PipelineConfig
 
 
-def kserve_inference_service(config: PipelineConfig, serving_base: str = "") -> dict:
-    """A KServe InferenceService with the TensorFlow predictor reading the versioned model
-    directory `<serving base>/<model name>/` (KServe's TF runtime serves its integer versions)."""
+GRPC_PORT, REST_PORT = 8500, 8501
+PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+TFSERVING_CONFIG_DIR = "/etc/tfserving"
+CONFIG_POLL_SECONDS = 30
+
+
+def _labels(config: PipelineConfig) -> dict:
+    return {"app.kubernetes.io/name": config.serving.model_name, "app.kubernetes.io/managed-by": "gpupipe",
+            "gpupipe/pipeline": config.name}
+
+
+def _metadata(config: PipelineConfig, name: str) -> dict:
+    metadata = {"name": name, "labels": _labels(config)}
+    if config.serving.namespace:
+        metadata["namespace"] = config.serving.namespace
+    return metadata
+
+
+def _resources(config: PipelineConfig) -> dict:
+    r = config.serving.resources
+    return {"requests": {"cpu": r.cpu_request, "memory": r.memory_request},
+            "limits": {"cpu": r.cpu_limit, "memory": r.memory_limit}}
+
+
+def _remote_base(config: PipelineConfig, serving_base: str, schemes: tuple, fix: str) -> str:
+    base = (serving_base or config.serving.base).rstrip("/")
+    if not base.startswith(schemes):
+        raise GpupipeError(f"serving.base: '{base}' is a local path and the model server needs a URI it can read; "
+                           f"{fix}")
+    return base
+
+
+def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
+    """The serving base KServe's storage initializer reads (a URI, not a local path)."""
+    return _remote_base(config, serving_base, ("gs://", "s3://", "pvc://"),
+                        "pass --serving-base gs://BUCKET/PATH (or s3://, pvc://)")
+
+
+def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: Optional[int],
+                             canary: Optional[int] = None) -> dict:
+    """A KServe InferenceService (`predictor.model`, modelFormat tensorflow) serving the
+    released version only: KServe's TensorFlow runtime starts TF Serving without a model
+    config file, so it serves the highest version under storageUri; storageUri is therefore
+    the version's release prefix (`<model>/releases/<N>/`, which holds `<N>/` alone). With
+    a canary, storageUri is the canary's and `canaryTrafficPercent` sends it
+    serving.canary_percent of the traffic; the revision rolled out before (the stable one)
+    keeps the rest (Knative: deploymentMode Serverless)."""
+    from components.store.base import ServingStore
+
     srv = config.serving
-    base = serving_base or srv.base
-    if "://" not in base:
-        raise GpupipeError(f"serving.base: '{base}' is a local path and KServe needs a URI it can read; "
-                           "pass --serving-base gs://BUCKET/PATH (or s3://, pvc://)")
-    predictor = {
-        "tensorflow": {
-            "storageUri": f"{base.rstrip('/')}/{srv.model_name}",
-            "runtimeVersion": srv.tf_serving_version,
-        }
-    }
+    base = kserve_base(config, serving_base)
+    if stable is None:
+        hint = "; promote its canary first (gpupipe promote)" if canary is not None else "; push one first"
+        raise GpupipeError(f"serving.base: {base} has no stable version of {srv.model_name}{hint}, or pass "
+                           "--version N")
+    store = ServingStore(base, srv.model_name)
+    model = {"modelFormat": {"name": "tensorflow"}, "runtimeVersion": srv.tf_serving_version,
+             "storageUri": store.release_path(canary if canary is not None else stable),
+             "resources": _resources(config)}
+    scaling = srv.autoscaling
+    predictor = {"minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,
+                 "scaleMetric": scaling.metric, "scaleTarget": scaling.target, "model": model}
+    if canary is not None:
+        if not srv.canary_percent:
+            raise GpupipeError(f"serving.canary_percent: 0, yet version {canary} of {srv.model_name} is the canary; "
+                               "set serving.canary_percent to its share of the traffic, or gpupipe promote/abort it")
+        predictor["canaryTrafficPercent"] = srv.canary_percent
+    if srv.batching.enabled:
+        predictor["batcher"] = {"maxBatchSize": srv.batching.max_batch_size,
+                                "maxLatency": max(1, -(-srv.batching.batch_timeout_micros // 1000))}
     if srv.service_account:
         predictor["serviceAccountName"] = srv.service_account
-    metadata = {"name": srv.model_name, "labels": {"app.kubernetes.io/managed-by": "gpupipe",
-                                                   "gpupipe/pipeline": config.name}}
-    if srv.namespace:
-        metadata["namespace"] = srv.namespace
+    metadata = _metadata(config, srv.model_name)
+    metadata["annotations"] = {"serving.kserve.io/deploymentMode": "Serverless",
+                               "gpupipe/stable-version": str(stable)}
+    if canary is not None:
+        metadata["annotations"]["gpupipe/canary-version"] = str(canary)
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": metadata,
             "spec": {"predictor": predictor}}
+
+
+def batching_parameters(config: PipelineConfig) -> str:
+    """TF Serving's --batching_parameters_file (a BatchingParameters text proto)."""
+    b = config.serving.batching
+    return "".join(f"{name} {{ value: {value} }}\n" for name, value in (
+        ("max_batch_size", b.max_batch_size), ("batch_timeout_micros", b.batch_timeout_micros),
+        ("max_enqueued_batches", b.max_enqueued_batches), ("num_batch_threads", b.num_batch_threads)))
+
+
+def monitoring_config() -> str:
+    """TF Serving's --monitoring_config_file (a MonitoringConfig text proto): Prometheus
+    metrics on the REST port."""
+    return f'prometheus_config {{\n  enable: true\n  path: "{PROMETHEUS_PATH}"\n}}\n'
+
+
+def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list:
+    """TF Serving on plain Kubernetes: a ConfigMap (batching parameters, monitoring
+    config), a Deployment whose server reads `<serving base>/models.config` (the labels
+    `stable` and `canary`, polled every 30 s, so promote, abort and rollback reach it
+    without a restart), a Service (gRPC 8500, REST 8501) and, when max_replicas >
+    min_replicas, a HorizontalPodAutoscaler."""
+    srv, cluster = config.serving, config.cluster
+    base = _remote_base(config, serving_base, ("gs://",), "pass --serving-base gs://BUCKET/PATH (TF Serving reads "
+                                                          "models.config and the versions from it)")
+    scaling = srv.autoscaling
+    if scaling.metric not in ("cpu", "memory"):
+        raise GpupipeError(f"serving.autoscaling.metric: {scaling.metric} is Knative's (KServe only); the TF Serving "
+                           "Deployment scales on cpu or memory: set serving.autoscaling.metric: cpu")
+    name = f"{srv.model_name}-tfserving"
+    args = [f"--port={GRPC_PORT}", f"--rest_api_port={REST_PORT}", f"--model_config_file={base}/models.config",
+            f"--model_config_file_poll_wait_seconds={CONFIG_POLL_SECONDS}",
+            # push labels a version canary in the same change that adds it
+            "--allow_version_labels_for_unavailable_models=true",
+            f"--monitoring_config_file={TFSERVING_CONFIG_DIR}/monitoring.config"]
+    data = {"monitoring.config": monitoring_config()}
+    if srv.batching.enabled:
+        args += ["--enable_batching=true", f"--batching_parameters_file={TFSERVING_CONFIG_DIR}/batching.config"]
+        data["batching.config"] = batching_parameters(config)
+    env, mounts = [], [{"name": "tfserving-config", "mountPath": TFSERVING_CONFIG_DIR, "readOnly": True}]
+    volumes = [{"name": "tfserving-config", "configMap": {"name": name}}]
+    if cluster.gcs_credentials_secret:
+        key_dir = "/var/secrets/gcs"
+        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{cluster.gcs_credentials_key}"})
+        mounts.append({"name": "gcs-key", "mountPath": key_dir, "readOnly": True})
+        volumes.append({"name": "gcs-key", "secret": {"secretName": cluster.gcs_credentials_secret}})
+    container = {
+        "name": "tfserving", "image": srv.tf_serving_image or f"tensorflow/serving:{srv.tf_serving_version}",
+        "args": args,
+        "ports": [{"name": "grpc", "containerPort": GRPC_PORT}, {"name": "http", "containerPort": REST_PORT}],
+        "resources": _resources(config), "volumeMounts": mounts,
+        # ready once the stable label resolves to a loaded version
+        "readinessProbe": {"httpGet": {"path": f"/v1/models/{srv.model_name}/labels/stable", "port": REST_PORT},
+                           "periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 20, "failureThreshold": 3},
+        "startupProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 10, "failureThreshold": 30},
+    }
+    if env:
+        container["env"] = env
+    selector = {"app.kubernetes.io/name": srv.model_name, "app.kubernetes.io/component": "tfserving"}
+    pod_spec = {"containers": [container], "volumes": volumes}
+    if srv.service_account:
+        pod_spec["serviceAccountName"] = srv.service_account
+    if cluster.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in cluster.image_pull_secrets]
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(config, name),
+        "spec": {"replicas": max(1, scaling.min_replicas), "selector": {"matchLabels": selector},
+                 "template": {"metadata": {"labels": {**_labels(config), **selector},
+                                           "annotations": {"prometheus.io/scrape": "true",
+                                                           "prometheus.io/port": str(REST_PORT),
+                                                           "prometheus.io/path": PROMETHEUS_PATH}},
+                              "spec": pod_spec}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(config, name),
+               "spec": {"selector": selector, "ports": [
+                   {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc"},
+                   {"name": "http", "port": REST_PORT, "targetPort": "http"}]}}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(config, name), "data": data}
+    docs = [config_map, deployment, service]
+    if scaling.max_replicas > max(1, scaling.min_replicas):
+        docs.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                     "metadata": _metadata(config, name),
+                     "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                              "minReplicas": max(1, scaling.min_replicas), "maxReplicas": scaling.max_replicas,
+                              "metrics": [{"type": "Resource", "resource": {
+                                  "name": scaling.metric,
+                                  "target": {"type": "Utilization", "averageUtilization": scaling.target}}}]}})
+    return docs
 
 
 def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) -> list:

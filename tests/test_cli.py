@@ -64,12 +64,14 @@ def test_compile_check_names_the_stale_file(tmp_path):
 
 
 def test_manifest_is_a_kserve_tensorflow_inference_service():
-    out = gpupipe("manifest", "configs/penguins.yaml", "--serving-base", "gs://models-bucket/serving")
+    out = gpupipe("manifest", "configs/penguins.yaml", "--serving-base", "gs://models-bucket/serving", "--version", "3")
     assert out.returncode == 0, out.stderr
     manifest = yaml.safe_load(out.stdout)
     assert manifest["apiVersion"] == "serving.kserve.io/v1beta1" and manifest["kind"] == "InferenceService"
     assert manifest["metadata"]["name"] == "penguins"
-    assert manifest["spec"]["predictor"]["tensorflow"]["storageUri"] == "gs://models-bucket/serving/penguins"
+    model = manifest["spec"]["predictor"]["model"]
+    assert model["modelFormat"] == {"name": "tensorflow"}
+    assert model["storageUri"] == "gs://models-bucket/serving/penguins/releases/3"
 
 
 def test_manifest_refuses_a_local_serving_base():
@@ -134,20 +136,52 @@ def test_compile_refuses_a_cluster_location_a_pod_would_lose(tmp_path, edit, exp
     assert not (tmp_path / "o").exists()
 
 
-def test_versions_lists_labels_metric_model_and_run(tmp_path):
+def test_versions_lists_state_labels_metric_and_lineage(tmp_path, capsys):
     from components.push.logic import push_model
+    from pipelines.cli import main
 
     model = tmp_path / "model"
     (model / "variables").mkdir(parents=True)
     (model / "saved_model.pb").write_bytes(b"pb")
     (model / "variables" / "variables.index").write_bytes(b"i")
     base = str(tmp_path / "serving")
-    push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a")
+    lineage = {"run_name": "nightly-1", "pipeline": "penguins", "gpupipe_version": "0.1.0", "image": "img:1",
+               "data_fingerprint": "d1g3st", "config_digest": "c0ffee" * 4}
+    push_model(str(model), True, ["accuracy ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a",
+               lineage=lineage)
     (model / "saved_model.pb").write_bytes(b"pb2")
-    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b")
-    out = gpupipe("versions", "configs/penguins.yaml", "--serving-base", base)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert [line.split()[:4] for line in lines] == [["1", "-", "accuracy", "0.9700"],
-                                                     ["2", "stable", "accuracy", "0.9800"]]
-    assert lines[1].endswith("run run-b") and second.version == 2
+    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b",
+                        canary_percent=10)
+    assert main(["versions", "configs/penguins.yaml", "--serving-base", base]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[:5] for line in lines if not line.startswith("      ")] == [
+        ["1", "stable", "stable", "accuracy", "0.9700"], ["2", "canary", "canary", "accuracy", "0.9800"]]
+    assert lines[0].endswith("run run-a") and second.version == 2
+    assert lines[1].split() == ["run", "name", "nightly-1", "pipeline", "penguins", "gpupipe", "0.1.0", "image",
+                                "img:1", "data", "d1g3st", "config", "c0ffeec0ffee", "pushed", lines[1].split()[-1]]
+    assert lines[2].strip() == "blessed: accuracy ok"
+    assert lines[-1].strip() == "canary: canary for 10% of the traffic"
+
+
+def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
+    from components.push.logic import push_model
+    from pipelines.cli import main
+
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    model_dir, CONFIG = str(model), str(ROOT / "configs" / "penguins.yaml")
+
+    base = str(tmp_path / "serving")
+    for _ in range(2):
+        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=0)
+    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
+    assert main(["promote", CONFIG, "--serving-base", base]) == 0
+    assert capsys.readouterr().out.startswith("penguins: canary version 3 is now stable (previous stable 2, kept for "
+                                              "rollback)")
+    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
+    assert main(["abort", CONFIG, "--serving-base", base]) == 0
+    assert capsys.readouterr().out.strip() == ("penguins: canary version 4 aborted (marked failed, label and files "
+                                               "removed); stable stays version 3")
+    assert main(["abort", CONFIG, "--serving-base", base]) == 2
+    assert capsys.readouterr().err.startswith("error: abort: penguins has no canary version under ")

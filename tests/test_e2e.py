@@ -54,6 +54,13 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run):
     assert f"eval accuracy: {blessing['value']:.4f} (threshold 0.9000): blessed" in summary
     assert (run_dir / "validate" / "report").is_file()
 
+    # The version's state and lineage, as the pipeline wired them through kfp.local.
+    record = json.loads((serving / "penguins" / "versions.json").read_text())["versions"]["1"]
+    lineage = record["lineage"]
+    assert record["state"] == "stable" and lineage["pipeline"] == "penguins" and lineage["run_id"]
+    assert lineage["run_name"] and lineage["data_fingerprint"] and len(lineage["config_digest"]) == 64
+    assert lineage["blessing"]["blessed"] and lineage["metrics"]["accuracy"] == blessing["value"]
+
 
 def test_gpupipe_report_prints_the_run_pages_path(first_run):
     tmp_path, summary, _ = first_run
@@ -136,7 +143,7 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     assert "data drift vs served version 1: no drift past thresholds" in text
     assert "baseline: served version 1, accuracy" in text
     assert "not pushed: not blessed: accuracy" in text
-    assert sorted(p.name for p in (serving / "penguins").iterdir()) == ["1"]
+    assert sorted(p.name for p in (serving / "penguins").iterdir() if p.name.isdigit()) == ["1"]  # no version 2
     page = Path(second.report).read_text(encoding="utf-8")  # the run report: the gate and the drift
     assert "not blessed: accuracy" in page and "Baseline: served version 1, accuracy" in page
     assert 'id="plot-drift"' in page and "Baseline: served version 1. No feature drifted past its threshold." in page

@@ -8,7 +8,7 @@ import pytest
 
 from components.train.launch import Launch, job_manifest
 from pipelines.factory import launch_json
-from pipelines.manifests import kserve_inference_service, launcher_rbac
+from pipelines.manifests import kserve_inference_service, launcher_rbac, tf_serving_manifests
 from tests.fixtures.k8s_schema import assert_valid, validation_errors
 
 pytestmark = pytest.mark.compile
@@ -32,8 +32,22 @@ def test_the_launchers_rbac_validates(ctr_config):
         assert_valid(obj)
 
 
-def test_the_kserve_inference_service_validates(penguins_config):
-    assert_valid(kserve_inference_service(penguins_config, "gs://bucket/serving"))
+def with_serving(config, **changes):
+    return config.model_copy(update={"serving": config.serving.model_validate(
+        {**config.serving.model_dump(), **changes})})
+
+
+@pytest.mark.parametrize("canary", [None, 4])
+def test_the_kserve_inference_service_validates(penguins_config, canary):
+    config = with_serving(penguins_config, canary_percent=20, service_account="kserve-reader")
+    assert_valid(kserve_inference_service(config, "gs://bucket/serving", 3, canary))
+
+
+def test_the_tf_serving_objects_validate(penguins_config):
+    docs = tf_serving_manifests(with_serving(penguins_config, service_account="tfserving"), "gs://bucket/serving")
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"]
+    for obj in docs:
+        assert_valid(obj)
 
 
 def test_validation_fails_on_a_misspelt_field_a_wrong_type_and_a_missing_key(ctr_config):

@@ -1,10 +1,12 @@
 """Push: a blessed SavedModel into `<serving base>/<model name>/<integer version>/`, the
 layout TF Serving and KServe load, with what the next run needs stored beside it.
 
-Order: stage a copy with its extras (warmup requests, training statistics and schema,
-metrics) -> add it as the next version, whole or not at all -> label it (`canary` when a
-smoke test will run, else `stable`) in models.config -> smoke-test it on the configured
-endpoint and move `stable` only when that passes -> drop versions beyond `keep_versions`.
+Order: fail what dead pushes left -> claim the next number and record it as a candidate
+with its lineage -> stage a copy with its extras (warmup requests, training statistics and
+schema, metrics, lineage) and add it, whole or not at all -> with an endpoint, label it
+`canary` and smoke-test it -> make it `stable` (or, with `canary_percent`, leave it the
+canary) -> drop versions beyond `keep_versions`. Any failure after the claim marks the
+version failed and removes it; a kill is repaired by the next push (components/store/).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
@@ -21,8 +24,8 @@ from components.contracts.blessing import read_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.push.settings import ServingSettings
-from components.store import models_config, served
-from components.store.base import ServingStore
+from components.store import served, states
+from components.store.base import SAVED_MODEL_PB, ServingStore
 
 
 @dataclass
@@ -32,6 +35,7 @@ class PushResult:
     version: Optional[int] = None
     path: Optional[str] = None
     stable: Optional[int] = None
+    canary: Optional[int] = None
     removed_versions: Optional[List[int]] = None
     smoke_test: Optional[str] = None
 
@@ -43,6 +47,9 @@ class PushResult:
         if not self.pushed:
             return f"# Not pushed\n\nnot pushed: {self.reason}\n"
         lines = [f"# Pushed version {self.version}", "", f"- path: `{self.path}`", f"- {self.reason}"]
+        if self.canary is not None:
+            lines.append(f"- canary: version {self.canary} (`gpupipe promote` makes it stable, "
+                         "`gpupipe abort` drops it)")
         if self.smoke_test:
             lines.append(f"- smoke test {self.smoke_test}")
         if self.removed_versions:
@@ -104,56 +111,79 @@ def stage_version(model_dir: str, into: str, model_name: str, examples: List[byt
     with open(os.path.join(extra, served.METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(metrics or {}, f, indent=2)
     with open(os.path.join(extra, served.MODEL_FILE), "w", encoding="utf-8") as f:
-        json.dump(identity or {"digest": model_digest(model_dir), "run_id": ""}, f)
+        json.dump(identity or {"model_digest": model_digest(model_dir), "run_id": ""}, f, indent=1, sort_keys=True)
     return staged
 
 
 def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str,
                examples: Optional[List[bytes]] = None, statistics_file: str = "", schema_file: str = "",
                metrics: Optional[dict] = None, keep_versions: int = 0, endpoint: str = "",
-               smoke_timeout: float = 120.0, run_id: str = "") -> PushResult:
+               smoke_timeout: float = 120.0, run_id: str = "", canary_percent: int = 0,
+               push_timeout: float = 3600.0, lineage: Optional[dict] = None,
+               blessing: Optional[dict] = None) -> PushResult:
     """Pushes a blessed model as the next integer version; an unblessed one is not pushed
-    and the result says why. With `endpoint`, `stable` moves only after the smoke test.
-    With `run_id`, a push this run already made of the same model (a KFP retry of the
-    task) is that version, not a new one."""
+    and the result says why. The version is recorded as a candidate with its lineage,
+    written whole, then (with `endpoint`) labelled canary and smoke-tested, then made
+    stable, or with `canary_percent` left as the canary. With `run_id`, a push this run
+    already made of the same model (a KFP retry of the task) is that version, not a new one."""
     if not blessed:
         return PushResult(pushed=False, reason="not blessed: " + "; ".join(blessing_reasons))
+    if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_PB)):  # before anything is recorded
+        raise GpupipeError(f"model: {model_dir} has no {SAVED_MODEL_PB}; it is not a SavedModel, retrain it")
     store = ServingStore(base, model_name)
+    served.recover(store, run_id)  # dead pushes (and this run's earlier attempt) leave no canary behind
     digest = model_digest(model_dir)
     already = served.version_of(store, digest, run_id) if run_id else None
     if already is not None:  # a retry of this run's push: the same model is the same version
-        return PushResult(pushed=True, reason=f"already pushed as version {already} by this run (same model digest)",
-                          version=already, path=store.version_path(already),
-                          stable=served.current_labels(store).get(models_config.STABLE))
-    with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
-        staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics,
-                               {"digest": digest, "run_id": run_id})
-        version = store.add_version(staged)
-    labels = served.current_labels(store)
-    stable_before = labels.get(models_config.STABLE)
-    result = PushResult(pushed=True, reason="blessed: " + "; ".join(blessing_reasons), version=version,
-                        path=store.version_path(version))
-    if endpoint:
-        from components.push.smoke import smoke_test
+        result = PushResult(pushed=True, reason=f"already pushed as version {already} by this run (same model digest)",
+                            version=already, path=store.version_path(already),
+                            stable=states.stable(served.read_record(store)))
+        if keep_versions:  # finish what the earlier attempt may not have
+            result.removed_versions = served.apply_retention(store, keep_versions)
+        return result
+    now = time.time()
+    identity = {**(lineage or {}), "run_id": run_id, "model_digest": digest, "metrics": metrics or {},
+                "blessing": blessing or {"blessed": True, "reasons": list(blessing_reasons)},
+                "pushed_at": states.now_iso(now)}
+    version = served.register_candidate(store, identity, deadline=now + push_timeout, now=now)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
+            staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics,
+                                   identity)
+            store.add_version(staged, version)
+        result = PushResult(pushed=True, reason="blessed: " + "; ".join(blessing_reasons), version=version,
+                            path=store.version_path(version))
+        if endpoint:
+            from components.push.smoke import smoke_test
 
-        before = store.read_models_config()
-        served.set_labels(store, {**labels, models_config.CANARY: version})
-        try:
+            served.begin_canary(store, version)
             gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], smoke_timeout)
-        except GpupipeError:
-            store.write_models_config(before or "")  # serve exactly what was served before
-            # A failed version must not stay where serving (the highest version, when no
-            # label is used), the next run's baseline or a rollback could pick it.
-            store.remove_version(version)
-            raise
-        result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
-    served.set_labels(store, {models_config.STABLE: version})
-    result.stable = version
+            result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
+    except Exception as err:
+        # A failed version must not stay where serving (the highest version, when no
+        # label is used), the next run's baseline or a rollback could pick it.
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        served.fail_version(store, version, f"push failed: {why}")
+        raise
+    if canary_percent:
+        served.pass_canary(store, version, f"canary for {canary_percent}% of the traffic")
+        stable_before = states.stable(served.read_record(store))
+        result.canary = version
+        result.stable = stable_before
+        result.reason += f"; canary for {canary_percent}% of the traffic, stable stays version {stable_before}"
+    else:
+        stable_before = served.make_stable(store, version, "pushed" + (" after its smoke test" if endpoint else ""),
+                                           newer_only=True)
+        if stable_before is not None and stable_before > version:  # a concurrent push's newer version
+            result.stable = stable_before
+            result.reason += f"; stable stays version {stable_before}, pushed meanwhile by another run"
+        else:
+            result.stable = version
+            if stable_before is not None and stable_before != version:
+                result.reason += f"; stable moved from version {stable_before}"
     if keep_versions:
         # The previous stable version survives retention: it is what a rollback goes back to.
-        result.removed_versions = served.apply_retention(store, keep_versions, protect={stable_before})
-    if stable_before is not None and stable_before != version:
-        result.reason += f"; stable moved from version {stable_before}"
+        result.removed_versions = served.apply_retention(store, keep_versions)
     return result
 
 
@@ -165,9 +195,12 @@ def write_result(result: PushResult, output_dir: str) -> None:
 
 @reports_errors("push")
 def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics_dir: str, schema_dir: str,
-             output_dir: str, settings: ServingSettings, run_id: str = "") -> PushResult:
+             output_dir: str, settings: ServingSettings, run_id: str = "",
+             lineage: Optional[dict] = None) -> PushResult:
     """The push step: reads the blessing, pushes to `settings.base` (as this run gives it)
-    or not, and records why in `output_dir`."""
+    or not, and records why in `output_dir`. `lineage`: what the version records of where
+    it comes from (run name, pipeline, gpupipe version, image, data fingerprint, config
+    digest); the run id, model digest, metrics and blessing are added here."""
     blessing = read_blessing(blessing_dir)
     settings.check_base()
     try:
@@ -177,7 +210,9 @@ def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics
             statistics_file=os.path.join(statistics_dir, names.STATS_FILE),
             schema_file=os.path.join(schema_dir, names.SCHEMA_FILE),
             metrics=blessing.metrics, keep_versions=settings.keep_versions, endpoint=settings.endpoint or "",
-            smoke_timeout=settings.smoke_timeout_seconds, run_id=run_id)
+            smoke_timeout=settings.smoke_timeout_seconds, run_id=run_id, canary_percent=settings.canary_percent,
+            push_timeout=settings.push_timeout_seconds, lineage=lineage,
+            blessing={k: v for k, v in blessing.to_dict().items() if k != "metrics"})
     except GpupipeError as err:
         write_result(PushResult(pushed=False, reason=str(err)), output_dir)
         raise

@@ -1,5 +1,6 @@
 """Unit tests of push: whole versions, the blessing gate, retention, models.config labels,
 rollback, gs:// through gcp-storage-emulator, the smoke test against a TF Serving fixture."""
+import json
 import os
 import signal
 import subprocess
@@ -12,9 +13,9 @@ import pytest
 
 from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError
-from components.push.logic import eval_examples, push_model, run_push
+from components.push.logic import eval_examples, model_digest, push_model, run_push
 from components.push.settings import ServingSettings
-from components.store import models_config, served
+from components.store import models_config, served, states
 from components.store.base import ServingStore
 
 pytestmark = pytest.mark.unit
@@ -33,6 +34,11 @@ def labels(base, name="m"):
     return models_config.labels(ServingStore(base, name).read_models_config(), name)
 
 
+def leftovers(base, name="m"):
+    """What the model's folder holds besides the state record, the claims and the release copies."""
+    return sorted(p for p in os.listdir(os.path.join(base, name)) if p not in ("versions.json", ".claims", "releases"))
+
+
 def test_versions_increase_and_are_whole(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     first = push_model(model_dir, True, ["ok"], base, "m")
@@ -42,7 +48,7 @@ def test_versions_increase_and_are_whole(tmp_path, model_dir):
     assert os.path.isfile(os.path.join(base, "m", "2", "saved_model.pb"))
     assert os.path.isfile(os.path.join(base, "m", "2", "variables", "variables.index"))
     assert os.path.isfile(os.path.join(base, "m", "2", "assets.extra", "gpupipe", "metrics.json"))
-    assert sorted(os.listdir(os.path.join(base, "m"))) == ["1", "2"]  # no staging left behind
+    assert leftovers(base) == ["1", "2"]  # no staging left behind
     assert labels(base) == {"stable": 2}
 
 
@@ -77,6 +83,9 @@ def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
         t.join()
     assert sorted(r.version for r in results) == [1, 2, 3, 4, 5, 6]
     assert ServingStore(base, "m").versions() == [1, 2, 3, 4, 5, 6]
+    # every push recorded (none lost to another's write), the newest stable whichever ended last
+    assert record_states(base) == {1: "retired", 2: "retired", 3: "retired", 4: "retired", 5: "retired", 6: "stable"}
+    assert labels(base) == {"stable": 6}
 
 
 _SLOW_PUSH = textwrap.dedent("""
@@ -110,7 +119,11 @@ def test_push_killed_midway_leaves_no_partial_version(tmp_path, model_dir):
     for d in integer_dirs:
         assert (d / "saved_model.pb").is_file() and (d / "variables").is_dir()
     assert ServingStore(str(base), "m").versions() == [1]
-    assert push_model(model_dir, True, ["ok"], str(base), "m").version == 2  # the next push is unaffected
+    # The next push is unaffected; the killed one's number stays claimed by its candidate,
+    # which nothing serves and which fails once its push's deadline has passed.
+    assert push_model(model_dir, True, ["ok"], str(base), "m").version == 3
+    record = served.read_record(ServingStore(str(base), "m"))
+    assert record["versions"]["2"]["state"] == "candidate" and labels(str(base)) == {"stable": 3}
 
 
 def test_retention_keeps_the_newest_k(tmp_path, model_dir):
@@ -118,7 +131,7 @@ def test_retention_keeps_the_newest_k(tmp_path, model_dir):
     removed = [push_model(model_dir, True, ["ok"], base, "m", keep_versions=2).removed_versions for _ in range(4)]
     assert removed == [[], [], [1], [2]]
     assert ServingStore(base, "m").versions() == [3, 4]
-    assert sorted(os.listdir(os.path.join(base, "m"))) == ["3", "4"]
+    assert leftovers(base) == ["3", "4"]
 
 
 def test_retention_never_deletes_a_labelled_version(tmp_path, model_dir):
@@ -229,6 +242,7 @@ def test_directory_without_saved_model_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(GpupipeError, match="has no saved_model.pb"):
         push_model(str(tmp_path / "empty"), True, ["ok"], str(tmp_path / "serving"), "m")
+    assert not (tmp_path / "serving").exists()  # nothing recorded, nothing claimed
 
 
 def test_a_retried_push_of_the_same_run_adds_no_version(tmp_path, model_dir):
@@ -265,3 +279,101 @@ def test_a_serving_base_outside_the_allowed_ones_is_refused(tmp_path, model_dir)
                  schema_dir="", output_dir=str(tmp_path / "out"), settings=settings)
     assert str(err.value) == ("serving_base: gs://someone-elses/models is not under serving.allowed_bases "
                               "(gs://ours/models); run with one of them or add it to the config")
+
+
+# -- version states, lineage, baselines, rollback targets and retention ---------------------
+def fail_leaving_files(base, version, reason="smoke test failed"):
+    """A version marked failed whose files are still there (a push killed between the two)."""
+    store = ServingStore(base, "m")
+    served.update_record(store, lambda r: states.fail(r, version, time.time(), reason))
+
+
+def record_states(base, name="m"):
+    return {int(v): e["state"] for v, e in served.read_record(ServingStore(base, name))["versions"].items()}
+
+
+def test_each_version_records_its_state_and_lineage(tmp_path, model_dir):
+    write_blessing(Blessing(True, "accuracy", 0.95, 0.9, ["accuracy 0.9500 meets threshold (>= 0.9000)"],
+                            metrics={"accuracy": 0.95}), str(tmp_path / "b"))
+    lineage = {"run_name": "nightly", "pipeline": "penguins", "gpupipe_version": "0.1.0", "image": "img@sha256:ab",
+               "data_fingerprint": "f00d", "config_digest": "c0de"}
+    base = str(tmp_path / "serving")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "stats.pb").write_bytes(b"")
+    (tmp_path / "s" / "schema.pbtxt").write_text("")
+    result = run_push(model_dir=model_dir, blessing_dir=str(tmp_path / "b"), examples_dir="",
+                      statistics_dir=str(tmp_path / "s"), schema_dir=str(tmp_path / "s"),
+                      output_dir=str(tmp_path / "out"), run_id="run-7", lineage=lineage,
+                      settings=ServingSettings(base=base, model_name="m"))
+    entry = served.read_record(ServingStore(base, "m"))["versions"]["1"]
+    assert entry["state"] == "stable" and [h["state"] for h in entry["history"]] == ["candidate", "stable"]
+    expected = {**lineage, "run_id": "run-7", "model_digest": model_digest(model_dir), "metrics": {"accuracy": 0.95},
+                "blessing": {"blessed": True, "metric": "accuracy", "value": 0.95, "threshold": 0.9,
+                             "reasons": ["accuracy 0.9500 meets threshold (>= 0.9000)"], "baseline_version": None,
+                             "baseline_value": None}}
+    assert {k: v for k, v in entry["lineage"].items() if k != "pushed_at"} == expected
+    stored = json.loads((tmp_path / "serving" / "m" / "1" / "assets.extra" / "gpupipe" / "model.json").read_text())
+    assert stored == entry["lineage"] and result.version == 1
+
+
+def test_a_first_push_that_fails_its_smoke_test_is_never_served_nor_a_baseline(tmp_path, model_dir, monkeypatch):
+    from components.push import smoke
+
+    monkeypatch.setattr(smoke, "smoke_test", _fails)
+    base = str(tmp_path / "serving")
+    with pytest.raises(GpupipeError, match="predictions differ"):
+        push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", run_id="run-1")
+    assert record_states(base) == {1: "failed"}
+    assert served.served_version_number(base, "m") is None  # the next run's gate and drift check: no baseline
+    assert ServingStore(base, "m").versions() == [] and labels(base) == {}
+    models_config.parse((tmp_path / "serving" / "models.config").read_text())  # parses, serves nothing of m
+    with pytest.raises(GpupipeError, match="no versions of m"):
+        served.rollback(base, "m")
+    monkeypatch.setattr(smoke, "smoke_test", lambda *a, **k: 0.0)
+    assert push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", run_id="run-2").version == 2
+    assert served.served_version_number(base, "m") == 2 and record_states(base) == {1: "failed", 2: "stable"}
+
+
+def _fails(*args, **kwargs):
+    raise GpupipeError("smoke test: predictions differ")
+
+
+def test_rollback_goes_to_the_newest_earlier_version_that_passed(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    for _ in range(4):
+        push_model(model_dir, True, ["ok"], base, "m")
+    fail_leaving_files(base, 3)  # whole on disk, but it failed
+    assert served.rollback(base, "m") == (4, 2)  # not 3
+    with pytest.raises(GpupipeError, match=r"rollback --to 3: version 3 of m is failed, not one that passed; pick one "
+                                           r"of 1, 4"):
+        served.rollback(base, "m", to=3)
+    assert served.served_version_number(base, "m") == 2 and labels(base) == {"stable": 2}
+    assert record_states(base) == {1: "retired", 2: "stable", 3: "failed", 4: "retired"}
+
+
+def test_the_baseline_is_never_a_failed_version(tmp_path, model_dir):
+    base = str(tmp_path / "serving")
+    push_model(model_dir, True, ["ok"], base, "m")
+    push_model(model_dir, True, ["ok"], base, "m")
+    fail_leaving_files(base, 2)  # the stable one failed afterwards (e.g. aborted); no stable left
+    assert served.served_version_number(base, "m") == 1  # the newest that passed, not the newest on disk
+
+
+def test_retention_keeps_stable_and_previous_stable_and_does_not_count_failed(tmp_path, model_dir, monkeypatch):
+    from components.push import smoke
+
+    base = str(tmp_path / "serving")
+    for _ in range(3):
+        push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 1, 2, 3: stable 3
+    monkeypatch.setattr(smoke, "smoke_test", _fails)
+    with pytest.raises(GpupipeError):
+        push_model(model_dir, True, ["ok"], base, "m", keep_versions=3, endpoint="localhost:1")  # 4 failed, removed
+    push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 5
+    fail_leaving_files(base, 5)  # 5 failed after the fact, its files still there
+    result = push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 6
+    # The newest 3 that passed stay (2, 3, 6; 1 went with 5): the failed 4 and 5 do not count, 5's files go.
+    assert result.removed_versions == [5] and ServingStore(base, "m").versions() == [2, 3, 6]
+    assert record_states(base) == {2: "retired", 3: "retired", 4: "failed", 5: "failed", 6: "stable"}
+    push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)  # 7: keep 1, yet the previous stable 6 stays
+    assert ServingStore(base, "m").versions() == [6, 7]
+    assert served.read_record(ServingStore(base, "m"))["previous_stable"] == 6

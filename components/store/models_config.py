@@ -2,7 +2,7 @@
 serves and the `stable` / `canary` labels clients can address."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Iterable, Optional
 
 from components.contracts.errors import GpupipeError
 
@@ -31,21 +31,28 @@ def labels(text: Optional[str], model_name: str) -> Dict[str, int]:
     return {}
 
 
-def set_labels(text: Optional[str], model_name: str, base_path: str, new_labels: Dict[str, int]) -> str:
-    """models.config text with `model_name` serving exactly the labelled versions; other
-    models in the file are kept as they are."""
+def set_labels(text: Optional[str], model_name: str, base_path: str, new_labels: Dict[str, int],
+               versions: Iterable[int] = ()) -> str:
+    """models.config text with `model_name` serving exactly the labelled versions and
+    `versions` (no entry for it when there are none); other models in the file are kept as
+    they are."""
     from google.protobuf import text_format
 
     config = parse(text)
     entries = config.model_config_list.config
     entry = next((e for e in entries if e.name == model_name), None)
+    served = sorted(set(new_labels.values()) | set(versions))
+    if not served:
+        if entry is not None:
+            entries.remove(entry)
+        return text_format.MessageToString(config)
     if entry is None:
         entry = entries.add()
         entry.name = model_name
     entry.base_path = base_path
     entry.model_platform = "tensorflow"
     entry.model_version_policy.Clear()
-    entry.model_version_policy.specific.versions.extend(sorted(set(new_labels.values())))
+    entry.model_version_policy.specific.versions.extend(served)
     entry.version_labels.clear()
     for label, version in sorted(new_labels.items()):
         entry.version_labels[label] = version

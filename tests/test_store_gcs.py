@@ -1,0 +1,141 @@
+"""The serving store on gs:// against storage that honours generation preconditions
+(tests/fixtures/gcs.py): the fixture itself refuses a stale generation with 412, and two
+pushes racing on the same serving base both land, with models.config and the state record
+consistent."""
+import threading
+
+import pytest
+
+from components.push.logic import push_model
+from components.store import models_config, served, states
+from components.store.base import Conflict, ServingStore
+from tests.fixtures.gcs import gcs_emulator
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    d = tmp_path / "model"
+    (d / "variables").mkdir(parents=True)
+    (d / "saved_model.pb").write_bytes(b"pb")
+    (d / "variables" / "variables.index").write_bytes(b"idx")
+    return str(d)
+
+
+def test_the_storage_fixture_refuses_a_stale_generation_with_412(monkeypatch):
+    import requests
+    from google.api_core.exceptions import PreconditionFailed
+
+    from components.contracts.storage import gcs_client
+
+    with gcs_emulator(monkeypatch) as bucket_name:
+        bucket = gcs_client().bucket(bucket_name)
+        blob = bucket.blob("models.config")
+        blob.upload_from_string("one", if_generation_match=0)
+        first = bucket.get_blob("models.config").generation
+        blob.upload_from_string("two", if_generation_match=first)  # the generation we read: accepted
+        second = bucket.get_blob("models.config").generation
+        assert second != first
+        with pytest.raises(PreconditionFailed):
+            bucket.blob("models.config").upload_from_string("stale", if_generation_match=first)
+        with pytest.raises(PreconditionFailed):
+            bucket.blob("models.config").upload_from_string("create", if_generation_match=0)
+        with pytest.raises(PreconditionFailed):
+            bucket.blob("models.config").download_as_text(if_generation_match=first)
+        assert bucket.blob("models.config").download_as_text() == "two"
+        # On the wire: the status and reason GCS answers with.
+        host = gcs_client()._connection.API_BASE_URL
+        answer = requests.post(f"{host}/upload/storage/v1/b/{bucket_name}/o",
+                               params={"uploadType": "media", "name": "models.config", "ifGenerationMatch": first},
+                               data=b"stale", timeout=10)
+        assert answer.status_code == 412 and answer.json()["error"]["errors"][0]["reason"] == "conditionNotMet"
+
+
+def test_two_pushes_racing_on_gcs_both_land_and_models_config_stays_consistent(monkeypatch, model_dir):
+    with gcs_emulator(monkeypatch) as bucket:
+        base = f"gs://{bucket}/serving"
+        push_model(model_dir, True, ["ok"], base, "m", run_id="run-0")  # version 1, stable
+        start, both_read = threading.Barrier(2), threading.Barrier(2)
+        results, errors, conflicts, waited = {}, [], [], set()
+        write = ServingStore._write_small
+
+        def write_in_step(self, location, text, generation):
+            # Each push's first write of the state record waits until the other has read
+            # it too, so both write over the same generation and one must be refused.
+            me = threading.current_thread().name
+            if location.endswith("/versions.json") and me.startswith("push-") and me not in waited:
+                waited.add(me)
+                both_read.wait(timeout=10)
+            try:
+                return write(self, location, text, generation)
+            except Conflict:
+                conflicts.append(location)
+                raise
+
+        monkeypatch.setattr(ServingStore, "_write_small", write_in_step)
+
+        def push(run_id):
+            try:
+                start.wait()
+                results[run_id] = push_model(model_dir, True, ["ok"], base, "m", run_id=run_id, keep_versions=5)
+            except Exception as err:  # noqa: BLE001 (reported below)
+                errors.append(err)
+
+        threads = [threading.Thread(target=push, args=(f"run-{i}",), name=f"push-{i}") for i in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert any(c.endswith("/versions.json") for c in conflicts)  # a write over a stale generation was refused
+        store = ServingStore(base, "m")
+        assert sorted(r.version for r in results.values()) == [2, 3]
+        assert store.versions() == [1, 2, 3]
+        record = served.read_record(store)
+        assert {v: e["state"] for v, e in record["versions"].items()} == {"1": "retired", "2": "retired",
+                                                                          "3": "stable"}
+        assert {v: e["lineage"]["run_id"] for v, e in record["versions"].items()} == {
+            "1": "run-0", str(results["run-1"].version): "run-1", str(results["run-2"].version): "run-2"}
+        config = models_config.parse(store.read_models_config())  # parses
+        (entry,) = config.model_config_list.config
+        assert entry.base_path == f"gs://{bucket}/serving/m"
+        assert dict(entry.version_labels) == {"stable": 3} == states.labels(record)
+        # The newer version is stable whichever push ended last; the older one passed and retired.
+        assert record["previous_stable"] in (1, 2)
+        # loaded: the stable version and the previous stable one (a rollback's target)
+        assert list(entry.model_version_policy.specific.versions) == sorted({3, record["previous_stable"]})
+
+
+def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alone(monkeypatch, model_dir, capsys,
+                                                                                   tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from components.contracts.storage import gcs_client
+    from pipelines.cli import main
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml").read_text())
+    raw["serving"]["canary_percent"] = 10
+    (tmp_path / "penguins.yaml").write_text(yaml.safe_dump(raw))
+    CONFIG = str(tmp_path / "penguins.yaml")
+    with gcs_emulator(monkeypatch) as bucket:
+        base = f"gs://{bucket}/serving"
+        for _ in range(2):
+            push_model(model_dir, True, ["ok"], base, "penguins")
+        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=10)  # 3: the canary
+        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
+        assert predictor["canaryTrafficPercent"] == 10  # the config's canary_percent: 10
+        # What KServe's storage initializer downloads: version 3 alone (it serves the highest it finds)
+        names = {b.name for b in gcs_client().list_blobs(bucket, prefix="serving/penguins/releases/3/")}
+        assert names and {n.split("/")[4] for n in names} == {"3"}
+        assert "serving/penguins/releases/3/3/saved_model.pb" in names
+        assert main(["promote", CONFIG, "--serving-base", base]) == 0
+        capsys.readouterr()
+        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
+        assert "canaryTrafficPercent" not in predictor  # promoted: all the traffic
