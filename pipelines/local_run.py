@@ -67,6 +67,7 @@ class RunSummary:
             lines.append(f"  ingest: {dropped} row(s) without a '{label}' dropped (empty or one of data.na_values)")
         if self.validation:
             v = self.validation
+            lines += [f"  warning: validate: {line}" for line in v.get("warnings", [])]
             if v.get("baseline"):
                 drift = f"{len(v['drift'])} feature(s) drifted" if v["drift"] else "no drift past thresholds"
                 lines.append(f"  data drift vs {v['baseline']}: {drift}")

@@ -156,3 +156,13 @@ def test_label_spellings_of_missing_are_configurable_counted_and_bounded(tmp_pat
     assert kept["rows_dropped_missing_label"] == 0
     summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[], ingest=manifest)
     assert "  ingest: 68 row(s) without a 'species' dropped (empty or one of data.na_values)" in summary.render()
+
+
+def test_the_run_summary_shows_validates_warnings():
+    from pipelines.local_run import RunSummary
+
+    line = ("eval: feature 'color': 0.50% of values (1 of 201) unseen in training, within the tolerance 1.00% "
+            "(validation.unseen_category_tolerance): the model's out-of-vocabulary row takes them")
+    summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[],
+                         validation={"anomalies": [], "warnings": [line], "drift": [], "baseline": ""})
+    assert f"  warning: validate: {line}" in summary.render().splitlines()
