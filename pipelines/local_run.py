@@ -64,6 +64,7 @@ class RunSummary:
             lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
         if self.ingest and self.ingest.get("rows_dropped_missing_label"):
             dropped, label = self.ingest["rows_dropped_missing_label"], self.ingest.get("label", "label")
+            label = self.ingest.get("columns", {}).get(label, label)  # as the data names it
             lines.append(f"  ingest: {dropped} row(s) without a '{label}' dropped (empty or one of data.na_values)")
         if self.validation:
             v = self.validation

@@ -61,13 +61,28 @@ def config_error(tmp_path, config: dict) -> str:
     ({"training.node_selector": {"cloud.google.com/gke-accelerator": "nvidia tesla t4"}},
      "training.node_selector: 'nvidia tesla t4' (for cloud.google.com/gke-accelerator) is not a Kubernetes label "
      "value"),
-    ({"data.numeric_features": ["bill length", "body_mass_g"]},
-     "data: column name(s) 'bill length' are not names TensorFlow takes"),
+    ({"data.numeric_features": ["bill_length_mm", "bill length mm"]},
+     "data: columns 'bill_length_mm' and 'bill length mm' both map to the safe name 'bill_length_mm' (the names "
+     "TensorFlow takes); rename one in the data and here"),
 ])
 def test_a_config_the_cluster_would_refuse_is_one_line_before_anything_runs(tmp_path, edits, expected):
     line = config_error(tmp_path, penguins(**edits))
     assert line.startswith(f"error: {tmp_path / 'config.yaml'}: {expected}"), line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("column, safe", [
+    ("bill_length_mm", "bill_length_mm"), ("Bill.Length-mm", "Bill.Length-mm"),  # TensorFlow takes them as written
+    ("bill length (mm)", "bill_length_mm"), ("price:usd", "price_usd"), ("café", "cafe"), ("Größe", "Gro_e"),
+    ("_id", "id"), ("-x", "f_-x"), ("(%)", "f_"), ("  a  b  ", "a_b"),
+])
+def test_a_column_name_tensorflow_refuses_maps_to_a_safe_name(column, safe):
+    from components.contracts.settings import TF_NAME_RE, Columns, safe_name
+
+    assert safe_name(column) == safe and TF_NAME_RE.match(safe) and safe_name(safe) == safe
+    columns = Columns(label="y", numeric_features=[column])
+    assert columns.safe().numeric_features == [safe]
+    assert columns.renamed() == ({} if safe == column else {safe: column})
 
 
 def test_a_config_that_is_not_utf8(tmp_path):

@@ -7,13 +7,30 @@ pipeline passes it to the step as one JSON parameter, and the step reads it back
 from __future__ import annotations
 
 import re
-from typing import List, Type, TypeVar
+import unicodedata
+from typing import Dict, List, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 S = TypeVar("S", bound="Strict")
-# What a feature may be called: it names the SavedModel's inputs and TensorFlow name scopes.
+# What a feature may be called as written: it names the SavedModel's inputs and TensorFlow
+# name scopes (ASCII letters, digits, '_', '.', '-'; a letter, digit or '.' first).
 TF_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-]*$")
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def safe_name(column: str) -> str:
+    """The name a column has in the examples, the schema, the feature specs and the
+    SavedModel's inputs. A name TensorFlow takes is kept as written; any other loses its
+    accents (é -> e), has each run of other characters replaced by one '_' and '_' trimmed
+    from both ends, and gets 'f_' in front when what is left is empty or starts with '-':
+    'bill length (mm)' -> 'bill_length_mm', 'Größe' -> 'Gro_e', '_id' -> 'id'. A safe name
+    maps to itself."""
+    if TF_NAME_RE.match(column):
+        return column
+    plain = "".join(c for c in unicodedata.normalize("NFKD", column) if not unicodedata.combining(c))
+    safe = _UNSAFE_RUN.sub("_", plain).strip("_")
+    return safe if TF_NAME_RE.match(safe) else f"f_{safe}"
 
 
 class Strict(BaseModel):
@@ -43,6 +60,15 @@ class Columns(Strict):
     def features(self) -> List[str]:
         return [*self.numeric_features, *self.categorical_features]
 
+    def renamed(self) -> Dict[str, str]:
+        """{safe name: column as written} of the label and features whose names change."""
+        return {safe_name(c): c for c in [self.label, *self.features] if safe_name(c) != c}
+
+    def safe(self) -> "Columns":
+        """The same columns by their safe names: as the examples, schema and model name them."""
+        return Columns(label=safe_name(self.label), numeric_features=[safe_name(c) for c in self.numeric_features],
+                       categorical_features=[safe_name(c) for c in self.categorical_features])
+
     @model_validator(mode="after")
     def _features_are_distinct(self) -> "Columns":
         if not self.numeric_features and not self.categorical_features:
@@ -53,8 +79,11 @@ class Columns(Strict):
             raise ValueError(f"feature listed twice: {', '.join(dupes)}")
         if self.label in names:
             raise ValueError(f"label '{self.label}' is also listed as a feature")
-        bad = [n for n in [self.label, *names] if not TF_NAME_RE.match(n)]
-        if bad:
-            raise ValueError(f"column name(s) {', '.join(repr(n) for n in bad)} are not names TensorFlow takes "
-                             "(letters, digits, '_', '.', '-'; not '_' first); rename the column in the data and here")
+        taken: Dict[str, str] = {}
+        for column in [self.label, *names]:
+            safe = safe_name(column)
+            if safe in taken:
+                raise ValueError(f"columns {taken[safe]!r} and {column!r} both map to the safe name {safe!r} (the "
+                                 "names TensorFlow takes); rename one in the data and here")
+            taken[safe] = column
         return self

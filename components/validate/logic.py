@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 from components.contracts import names
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern, ingest_statistics_path, read_manifest, split_files
-from components.contracts.settings import Columns
+from components.contracts.settings import Columns, safe_name
 from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
 from components.validate.settings import DriftSettings, ValidationSettings
 
@@ -80,6 +80,8 @@ def infer_schema(train_stats, label: str, settings: Optional[ValidationSettings]
     import tensorflow_data_validation as tfdv
 
     settings = settings or ValidationSettings()
+    label = safe_name(label)
+    tolerances = {safe_name(k): v for k, v in settings.unseen_category_tolerance_by_feature.items()}
     schema = tfdv.infer_schema(train_stats, infer_feature_shape=False)
     for feature in schema.feature:
         if feature.name == label:
@@ -88,8 +90,7 @@ def infer_schema(train_stats, label: str, settings: Optional[ValidationSettings]
             continue
         feature.presence.min_fraction = 0.0
         if feature.HasField("domain"):  # a string domain (TFDV keeps them at the schema's top level)
-            tolerance = settings.unseen_category_tolerance_by_feature.get(feature.name,
-                                                                          settings.unseen_category_tolerance)
+            tolerance = tolerances.get(feature.name, settings.unseen_category_tolerance)
             feature.distribution_constraints.min_domain_mass = 1.0 - tolerance
     return schema
 
@@ -170,12 +171,21 @@ def set_drift_comparators(schema, settings: DriftSettings) -> None:
     """L-infinity for string features, Jensen-Shannon divergence for numeric ones."""
     from tensorflow_metadata.proto.v0 import schema_pb2
 
+    thresholds = {safe_name(k): v for k, v in settings.features.items()}
     for feature in schema.feature:
-        threshold = settings.features.get(feature.name)
+        threshold = thresholds.get(feature.name)
         if feature.type == schema_pb2.BYTES:
             feature.drift_comparator.infinity_norm.threshold = threshold or settings.categorical_threshold
         elif feature.type in (schema_pb2.FLOAT, schema_pb2.INT):
             feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
+
+
+def annotate_columns(schema, columns: Dict[str, str]) -> None:
+    """A feature renamed to its safe name says in the schema which column it came from."""
+    for feature in schema.feature:
+        if feature.name in columns:
+            feature.annotation.comment.append(f"column {columns[feature.name]!r} in the data (renamed to a name "
+                                              "TensorFlow takes)")
 
 
 def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
@@ -208,6 +218,7 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     settings = settings or ValidationSettings()
+    label = safe_name(label)
     statistics = compute_statistics(examples_dir, settings)
     if settings.schema_file:
         import tensorflow as tf
@@ -218,6 +229,7 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
         schema = tfdv.load_schema_text(settings.schema_file)
     else:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
+        annotate_columns(schema, (read_manifest(examples_dir) or {}).get("columns", {}))
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
     if settings.skew_threshold:
@@ -327,7 +339,7 @@ def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_di
     settings = settings or ValidationSettings()
     result = validate_examples(examples_dir, label, settings, baseline_stats, baseline_name)
     write_outputs(result, statistics_dir, schema_dir, anomalies_dir, report_html, summary_md)
-    warn_only = set(settings.warn_only)
+    warn_only = {safe_name(n) for n in settings.warn_only}
     blocking = [line for line in result.problems if settings.fail_on_anomalies and _feature_of(line) not in warn_only]
     blocking += [line for line in result.drift if settings.drift.blocking and _feature_of(line) not in warn_only]
     if blocking:
