@@ -181,3 +181,20 @@ def test_the_run_summary_shows_validates_warnings():
     summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[],
                          validation={"anomalies": [], "warnings": [line], "drift": [], "baseline": ""})
     assert f"  warning: validate: {line}" in summary.render().splitlines()
+
+
+def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path):
+    """Found in the first record, before anything runs (later records: ingest, in
+    components/ingest/test_logic.py)."""
+    import tensorflow as tf
+
+    source = str(tmp_path / "multi.tfrecord")
+    with tf.io.TFRecordWriter(source) as writer:
+        for i, row in enumerate(csv.DictReader(PENGUINS.open())):
+            feature = {k: tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()])) for k, v in row.items()}
+            if i == 0:  # two bill lengths: no single cell to read
+                feature["bill_length_mm"] = tf.train.Feature(float_list=tf.train.FloatList(value=[39.1, 40.0]))
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    assert line == (f"error: data.source: {source} record 1: feature 'bill_length_mm' holds 2 values; gpupipe reads "
+                    "one value per feature: write one value per feature (one feature per value)")

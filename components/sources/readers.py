@@ -303,12 +303,16 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
         if max_records:
             dataset = dataset.take(max_records)
         decoder = example_coder.ExamplesToRecordBatchDecoder()
+        first_record = 1
         for records in dataset.batch(TFRECORD_BATCH_ROWS):
             try:
                 batch = decoder.DecodeBatch(list(records.numpy()))
             except RuntimeError as err:  # tfx_bsl: DATA_LOSS: Unable to parse example
                 raise GpupipeError(f"data.source: {uri} holds TFRecords that are not tf.train.Example ({err}); "
                                    "write tf.train.Example records, or export the table as CSV or Parquet") from None
+            for name, column in zip(batch.schema.names, batch.columns):
+                _one_value_each(column, name, uri, first_record)
+            first_record += batch.num_rows
             yield pa.RecordBatch.from_arrays([_first_values(c) for c in batch.columns], batch.schema.names)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
         raise GpupipeError(f"data.source: {uri} is truncated or not TFRecord{' (gzip)' if _is_gzip(uri) else ''} "
@@ -316,6 +320,19 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
     finally:
         if tmp is not None:
             os.unlink(tmp.name)
+
+
+def _one_value_each(column: pa.Array, name: str, uri: str, first_record: int) -> None:
+    """A feature with several values in one record is not a table cell: taking one of them
+    would be a silent guess."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return
+    lengths = np.diff(column.offsets.to_numpy())
+    if len(lengths) and lengths.max() > 1:
+        at = int(np.argmax(lengths > 1))
+        raise GpupipeError(f"data.source: {uri} record {first_record + at}: feature '{name}' holds {lengths[at]} "
+                           "values; gpupipe reads one value per feature: write one value per feature (one feature "
+                           "per value)")
 
 
 def _first_values(column: pa.Array) -> pa.Array:
