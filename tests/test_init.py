@@ -195,3 +195,31 @@ def test_a_real_looking_table_runs_on_the_config_init_proposes_and_pushes(tmp_pa
         "relationship", "native_country"])
     schema = (version / "assets.extra" / "gpupipe" / "schema.pbtxt").read_text()
     assert "comment: \"column \\'age (years)\\' in the data (renamed to a name TensorFlow takes)\"" in schema
+
+
+@pytest.mark.unit
+def test_parquet_and_tfrecord_samples_give_the_same_proposal_as_csv(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tensorflow as tf
+
+    from pipelines.init import propose
+
+    rows = 60
+    table = pa.table({"label": [("a" if i % 3 else "b") for i in range(rows)],
+                      "x": [None if i % 7 == 0 else i * 0.5 for i in range(rows)],
+                      "color": [("red" if i % 4 else None) for i in range(rows)],
+                      "row id": [f"r{i}" for i in range(rows)]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    with tf.io.TFRecordWriter(str(tmp_path / "t.tfrecord")) as writer:
+        for row in table.to_pylist():
+            feature = {k: tf.train.Feature(float_list=tf.train.FloatList(value=[v])) if isinstance(v, float) else
+                       tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()])) for k, v in row.items()
+                       if v is not None}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    found = {}
+    for name in ("t.parquet", "t.tfrecord"):
+        p = propose(str(tmp_path / name), "label")
+        found[name] = (p.format, p.task, p.numeric, p.categorical, [c for c, _ in p.left_out])
+    assert found == {"t.parquet": ("parquet", "binary", ["x"], ["color"], ["row id"]),
+                     "t.tfrecord": ("tfrecord", "binary", ["x"], ["color"], ["row id"])}
