@@ -155,6 +155,13 @@ def test_spaces_after_the_commas_and_a_byte_order_mark_are_read_as_meant(tmp_pat
     assert sum(manifest["rows"].values()) == 344
 
 
+@pytest.mark.parametrize("spelling", ["NA", "N/A"])
+def test_other_label_spellings_of_missing_are_dropped_and_counted(tmp_path, ingest, spelling):
+    source = write_penguins(tmp_path / "labels.csv", lambda r: [spelling if r[0] == "Chinstrap" else r[0], *r[1:]])
+    manifest = ingest(source, str(tmp_path / "a"), "species", ["bill_length_mm"], ["island"])
+    assert manifest["rows_dropped_missing_label"] == 68 and sum(manifest["rows"].values()) == 344 - 68
+
+
 def test_label_spellings_of_missing_are_configurable_counted_and_bounded(tmp_path, ingest):
     from components.contracts.errors import GpupipeError
     from pipelines.local_run import RunSummary
