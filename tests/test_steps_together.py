@@ -103,7 +103,8 @@ def test_columns_tensorflow_refuses_are_renamed_from_ingest_to_evaluate(tmp_path
     manifest = ingest_data(str(source), ex, columns.label, columns.numeric_features, columns.categorical_features)
     assert manifest["columns"] == {"bill_length_mm": "bill length (mm)", "bill_depth_mm": "bill-depth-mm",
                                    "body_mass_g": "body mass:g", "island_name": "island name"}
-    run_validation(ex, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"), str(tmp_path / "r.html"))
+    run_validation(ex, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                   str(tmp_path / "r.html"))
     schema = (tmp_path / "c" / "schema.pbtxt").read_text()
     assert "name: \"island_name\"" in schema and "column \\'island name\\' in the data" in schema
     train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), columns, penguin_settings(epochs=2))
