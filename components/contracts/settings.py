@@ -70,15 +70,6 @@ class Columns(Strict):
     def features(self) -> List[str]:
         return [*self.numeric_features, *self.categorical_features]
 
-    def renamed(self) -> Dict[str, str]:
-        """{safe name: column as written} of the label and features whose names change."""
-        return {safe_name(c): c for c in [self.label, *self.features] if safe_name(c) != c}
-
-    def safe(self) -> "Columns":
-        """The same columns by their safe names: as the examples, schema and model name them."""
-        return Columns(label=safe_name(self.label), numeric_features=[safe_name(c) for c in self.numeric_features],
-                       categorical_features=[safe_name(c) for c in self.categorical_features])
-
     @model_validator(mode="after")
     def _features_are_distinct(self) -> "Columns":
         if not self.numeric_features and not self.categorical_features:
