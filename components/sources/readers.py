@@ -445,8 +445,9 @@ def sample(f: SourceFile, rows: int, na_values: Sequence[str] = names.NA_VALUES)
                 except StopIteration:
                     break
         except (pa.ArrowInvalid, OSError) as err:
-            if not batches:  # a later block that does not fit the first one's types: the sample ends there
+            if not batches:
                 raise GpupipeError(_explain_csv_error(f.uri, header, " ".join(str(err).split()), {})) from None
+            # else a later block does not fit the first one's types: the sample ends before it
         finally:
             stream.close()
     elif f.format == "parquet":
