@@ -179,11 +179,10 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
             data_format: str = "auto") -> Proposal:
     files = readers.resolve(source, data_format)
     first = files[0]
-    readers.check_file_columns(first, label, [])
     table = readers.sample(first, sample_rows)
     if label not in table.column_names:
-        raise GpupipeError(f"{source}: label '{label}' is not in the sampled rows: pass --label one of "
-                           f"{', '.join(table.column_names)}")
+        raise GpupipeError(f"{source}: no column '{label}' (columns: {', '.join(table.column_names)}): pass --label "
+                           "one of them")
     rows = table.num_rows
     task, metric, threshold, why, note = _label_task(table.column(label), label, source, rows)
     numeric, categorical, left_out = _features(table, label)
@@ -239,7 +238,7 @@ def render(p: Proposal, command: str, path: str) -> str:
         f"description: {json.dumps(f'{p.task} model of {p.label} in {os.path.basename(p.source)} (gpupipe init)')}",
         "data:",
         f"  source: {_path(p.source)}",
-        f"  format: {p.format}",
+        f"  format: {p.format if p.format in readers.FORMATS else 'auto'}",
         f"  label: {_scalar(p.label)}  # {p.label_note}",
     ]
     lines.append("  # TFDV inferred these INT or FLOAT: standardised, a missing value imputed with the train mean")

@@ -48,6 +48,13 @@ def test_a_label_no_model_can_learn_is_refused_in_one_line(tmp_path, capsys, lab
 
 
 @pytest.mark.unit
+def test_a_label_that_is_not_a_column_names_the_columns(tmp_path, capsys):
+    data = write_rows(tmp_path / "t.csv", ["x", "y"], [[1, "a"], [2, "b"]])
+    code, _, err = init(capsys, data, "--label", "target", "-o", tmp_path / "c.yaml")
+    assert code == 2 and err == [f"error: {data}: no column 'target' (columns: x, y): pass --label one of them"]
+
+
+@pytest.mark.unit
 def test_task_metric_and_threshold_follow_from_the_label(tmp_path):
     from pipelines.init import propose
 
