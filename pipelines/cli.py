@@ -1,5 +1,5 @@
-"""The gpupipe command line: compile and run pipelines, report on runs, manage served versions, print
-manifests, use KFP.
+"""The gpupipe command line: compile and run pipelines, start a config from a table, report on runs,
+manage served versions, print manifests, use KFP.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
 non-zero exit code; no traceback.
@@ -116,6 +116,22 @@ def cmd_schema(args: argparse.Namespace) -> int:
     tfdv.write_schema_text(schema, str(output))
     print(f"wrote the inferred schema of {data.source} to {output}; review it, then set "
           f"validation.schema_file: {output} in {args.config}")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from pipelines.init import init_config
+
+    given = ["-o", args.output] if args.output else []
+    command = " ".join(["gpupipe init", args.data, "--label", args.label, *given])
+    path, p = init_config(args.data, args.label, args.output, args.sample_rows, args.name, args.format, command)
+    print(f"wrote {path}: {p.task} label '{p.label}' ({p.metric}, threshold {p.threshold}), {len(p.numeric)} numeric "
+          f"and {len(p.categorical)} categorical feature(s) from {p.rows} sampled rows")
+    for column, reason in p.left_out:
+        print(f"  left out '{column}': {reason}")
+    for column, safe in p.renamed:
+        print(f"  '{column}' is {safe} in the examples, the schema and the model's inputs")
+    print(f"next: gpupipe run {path}")
     return 0
 
 
@@ -387,6 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--output", help="default: <config dir>/<name>.schema.pbtxt")
     p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("init", help="propose a commented config from a sample of a table (TFDV schema inference)")
+    p.add_argument("data", help="a CSV, Parquet or TFRecord file, directory, glob or gs:// prefix")
+    p.add_argument("--label", required=True, help="the column to predict")
+    p.add_argument("-o", "--output", help="where to write the config (default: configs/<name>.yaml; never overwritten)")
+    p.add_argument("--name", help="pipeline and model name (default: from the file name)")
+    p.add_argument("--format", default="auto", choices=["auto", "csv", "parquet", "tfrecord"])
+    p.add_argument("--sample-rows", type=int, default=10_000, help="rows read to propose the config (default 10000)")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("rollback", help="point TF Serving's `stable` label back at an earlier version")
     p.add_argument("config")

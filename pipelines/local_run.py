@@ -67,9 +67,11 @@ class RunSummary:
             lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
         if self.ingest and self.ingest.get("rows_dropped_missing_label"):
             dropped, label = self.ingest["rows_dropped_missing_label"], self.ingest.get("label", "label")
+            label = self.ingest.get("columns", {}).get(label, label)  # as the data names it
             lines.append(f"  ingest: {dropped} row(s) without a '{label}' dropped (empty or one of data.na_values)")
         if self.validation:
             v = self.validation
+            lines += [f"  warning: validate: {line}" for line in v.get("warnings", [])]
             if v.get("baseline"):
                 drift = f"{len(v['drift'])} feature(s) drifted" if v["drift"] else "no drift past thresholds"
                 lines.append(f"  data drift vs {v['baseline']}: {drift}")

@@ -61,13 +61,27 @@ def config_error(tmp_path, config: dict) -> str:
     ({"training.node_selector": {"cloud.google.com/gke-accelerator": "nvidia tesla t4"}},
      "training.node_selector: 'nvidia tesla t4' (for cloud.google.com/gke-accelerator) is not a Kubernetes label "
      "value"),
-    ({"data.numeric_features": ["bill length", "body_mass_g"]},
-     "data: column name(s) 'bill length' are not names TensorFlow takes"),
+    ({"data.numeric_features": ["bill_length_mm", "bill length mm"]},
+     "data: columns 'bill_length_mm' and 'bill length mm' both map to the safe name 'bill_length_mm' (the names "
+     "TensorFlow takes); rename one in the data and here"),
 ])
 def test_a_config_the_cluster_would_refuse_is_one_line_before_anything_runs(tmp_path, edits, expected):
     line = config_error(tmp_path, penguins(**edits))
     assert line.startswith(f"error: {tmp_path / 'config.yaml'}: {expected}"), line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("column, safe", [
+    ("bill_length_mm", "bill_length_mm"), ("Bill_Length2", "Bill_Length2"),  # TensorFlow takes them as written
+    ("bill length (mm)", "bill_length_mm"), ("education-num", "education_num"), ("a.b", "a_b"),
+    ("price:usd", "price_usd"), ("café", "cafe"), ("Größe", "Gro_e"), ("_id", "id"), ("2nd", "f_2nd"),
+    ("(%)", "f_"), ("  a  b  ", "a_b"), ("class", "class_"),
+])
+def test_a_column_name_tensorflow_refuses_maps_to_a_safe_name(column, safe):
+    from components.contracts.settings import Columns, safe_name, takes_as_written
+
+    assert safe_name(column) == safe and takes_as_written(safe) and safe_name(safe) == safe
+    Columns(label="y", numeric_features=[column])  # accepted in a config as written
 
 
 def test_a_config_that_is_not_utf8(tmp_path):
@@ -139,6 +153,13 @@ def test_spaces_after_the_commas_and_a_byte_order_mark_are_read_as_meant(tmp_pat
     assert sum(manifest["rows"].values()) == 344
 
 
+@pytest.mark.parametrize("spelling", ["NA", "N/A"])
+def test_other_label_spellings_of_missing_are_dropped_and_counted(tmp_path, ingest, spelling):
+    source = write_penguins(tmp_path / "labels.csv", lambda r: [spelling if r[0] == "Chinstrap" else r[0], *r[1:]])
+    manifest = ingest(source, str(tmp_path / "a"), "species", ["bill_length_mm"], ["island"])
+    assert manifest["rows_dropped_missing_label"] == 68 and sum(manifest["rows"].values()) == 344 - 68
+
+
 def test_label_spellings_of_missing_are_configurable_counted_and_bounded(tmp_path, ingest):
     from components.contracts.errors import GpupipeError
     from pipelines.local_run import RunSummary
@@ -156,3 +177,30 @@ def test_label_spellings_of_missing_are_configurable_counted_and_bounded(tmp_pat
     assert kept["rows_dropped_missing_label"] == 0
     summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[], ingest=manifest)
     assert "  ingest: 68 row(s) without a 'species' dropped (empty or one of data.na_values)" in summary.render()
+
+
+def test_the_run_summary_shows_validates_warnings():
+    from pipelines.local_run import RunSummary
+
+    line = ("eval: feature 'color': 0.50% of values (1 of 201) unseen in training, within the tolerance 1.00% "
+            "(validation.unseen_category_tolerance): the model's out-of-vocabulary row takes them")
+    summary = RunSummary(pipeline="p", status="SUCCESS", seconds=1.0, steps=[],
+                         validation={"anomalies": [], "warnings": [line], "drift": [], "baseline": ""})
+    assert f"  warning: validate: {line}" in summary.render().splitlines()
+
+
+def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path):
+    """Found in the first record, before anything runs (later records: ingest, in
+    components/ingest/test_logic.py)."""
+    import tensorflow as tf
+
+    source = str(tmp_path / "multi.tfrecord")
+    with tf.io.TFRecordWriter(source) as writer:
+        for i, row in enumerate(csv.DictReader(PENGUINS.open())):
+            feature = {k: tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()])) for k, v in row.items()}
+            if i == 0:  # two bill lengths: no single cell to read
+                feature["bill_length_mm"] = tf.train.Feature(float_list=tf.train.FloatList(value=[39.1, 40.0]))
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    assert line == (f"error: data.source: {source} record 1: feature 'bill_length_mm' holds 2 values; gpupipe reads "
+                    "one value per feature: write one value per feature (one feature per value)")

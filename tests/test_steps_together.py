@@ -80,3 +80,41 @@ def test_evaluate_metrics_match_scikit_learn_on_a_real_model(tmp_path, penguins_
     fpr, tpr, _ = sk.roc_curve(y, score)
     assert binary.roc["fpr"][-1] == 1.0 and binary.roc["tpr"][-1] == 1.0
     assert len(binary.roc["fpr"]) == min(len(fpr), 201)
+
+
+def test_columns_tensorflow_refuses_are_renamed_from_ingest_to_evaluate(tmp_path, penguins_csv):
+    """Headers as a spreadsheet writes them: the examples, the schema, the feature specs and
+    the model's inputs use the safe names; the config and the evaluation's slices keep the
+    names as written."""
+    import csv
+    import json
+
+    import tensorflow as tf
+
+    rows = list(csv.reader(penguins_csv.open()))
+    header = ["species", "island name", "bill length (mm)", "bill-depth-mm", "flipper_length_mm", "body mass:g", "sex",
+              "year"]
+    source = tmp_path / "sheet.csv"
+    with source.open("w", newline="") as f:
+        csv.writer(f).writerows([header, *rows[1:]])
+    columns = Columns(label="species", numeric_features=["bill length (mm)", "bill-depth-mm", "body mass:g"],
+                      categorical_features=["island name", "sex"])
+    ex = str(tmp_path / "ex")
+    manifest = ingest_data(str(source), ex, columns.label, columns.numeric_features, columns.categorical_features)
+    assert manifest["columns"] == {"bill_length_mm": "bill length (mm)", "bill_depth_mm": "bill-depth-mm",
+                                   "body_mass_g": "body mass:g", "island_name": "island name"}
+    run_validation(ex, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
+                   str(tmp_path / "r.html"))
+    schema = (tmp_path / "c" / "schema.pbtxt").read_text()
+    assert "name: \"island_name\"" in schema and "column \\'island name\\' in the data" in schema
+    train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), columns, penguin_settings(epochs=2))
+    specs = json.loads((tmp_path / "m" / "assets.extra" / "gpupipe_features.json").read_text())
+    assert specs["columns"] == manifest["columns"]
+    serve = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    assert sorted(serve.structured_input_signature[1]) == ["bill_depth_mm", "bill_length_mm", "body_mass_g",
+                                                          "island_name", "sex"]
+    out = serve(bill_length_mm=tf.constant([39.1]), bill_depth_mm=tf.constant([18.7]),
+                body_mass_g=tf.constant([3750.0]), island_name=tf.constant(["Torgersen"]), sex=tf.constant(["male"]))
+    assert out["probabilities"].shape == (1, 3)
+    sliced = score_model(str(tmp_path / "m"), ex, slices=["island name"]).slices["island name"]
+    assert sorted(sliced) == ["Biscoe", "Dream", "Torgersen"]

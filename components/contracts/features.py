@@ -7,10 +7,11 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
+from components.contracts.settings import safe_name
 
 TASKS = ("multiclass", "binary", "regression")
 
@@ -45,6 +46,7 @@ class FeatureSpecs:
     task: str = "multiclass"
     label_mean: Optional[float] = None  # regression: the target's mean and deviation
     label_std: Optional[float] = None
+    columns: Dict[str, str] = field(default_factory=dict)  # {safe name: column as written} where they differ
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +57,8 @@ class FeatureSpecs:
             label=d["label"], classes=list(d["classes"]),
             numeric=[NumericFeature(**n) for n in d["numeric"]],
             categorical=[CategoricalFeature(**c) for c in d["categorical"]],
-            task=d.get("task", "multiclass"), label_mean=d.get("label_mean"), label_std=d.get("label_std"))
+            task=d.get("task", "multiclass"), label_mean=d.get("label_mean"), label_std=d.get("label_std"),
+            columns=dict(d.get("columns", {})))
 
 
 def feature_statistics(dataset, name: str):
@@ -85,7 +88,10 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
                           task: str = "multiclass", max_vocabulary: int = 1000, hash_buckets: int = 1000
                           ) -> FeatureSpecs:
     """Normalisation constants, vocabularies (or hash buckets) and label classes from the
-    train split's statistics (a DatasetFeatureStatistics)."""
+    train split's statistics (a DatasetFeatureStatistics). Columns are named by their safe
+    names (contracts.settings.safe_name), as the examples hold them."""
+    renamed = {safe_name(c): c for c in [label, *numeric, *categorical] if safe_name(c) != c}
+    label, numeric, categorical = safe_name(label), [safe_name(c) for c in numeric], [safe_name(c) for c in categorical]
     if task not in TASKS:
         raise GpupipeError(f"training.task: '{task}' is not one of {', '.join(TASKS)}")
     numeric_specs = [_numeric(feature_statistics(train_stats, name), name) for name in numeric]
@@ -102,7 +108,7 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
             raise GpupipeError(f"data.label: column '{label}' is not numeric; regression needs a numeric label")
         target = _numeric(label_stats, label)
         return FeatureSpecs(label=label, classes=[], numeric=numeric_specs, categorical=categorical_specs, task=task,
-                            label_mean=target.mean, label_std=target.std)
+                            label_mean=target.mean, label_std=target.std, columns=renamed)
     classes = sorted(_ranked_values(label_stats))
     if len(classes) < 2:
         raise GpupipeError(f"data.label: column '{label}' has {len(classes)} distinct value(s) in the train split; "
@@ -110,7 +116,8 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
     if task == "binary" and len(classes) != 2:
         raise GpupipeError(f"training.task: binary, but label '{label}' has {len(classes)} values "
                            f"({', '.join(classes[:5])}...); use task: multiclass")
-    return FeatureSpecs(label=label, classes=classes, numeric=numeric_specs, categorical=categorical_specs, task=task)
+    return FeatureSpecs(label=label, classes=classes, numeric=numeric_specs, categorical=categorical_specs, task=task,
+                        columns=renamed)
 
 
 def write_feature_specs(specs: FeatureSpecs, model_dir: str) -> None:

@@ -17,6 +17,7 @@ from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.contracts.features import load_feature_specs
+from components.contracts.settings import safe_name
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         pr_curve, regression_metrics, roc_curve)
 from components.evaluate.settings import EvaluationSettings
@@ -58,7 +59,8 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
     files = split_files(examples_dir, names.EVAL_SPLIT)
     regression = specs.task == "regression"
     spec = {specs.label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
-    spec.update({s: tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
+    # The examples name a column by its safe name; a slice keeps the name the config gives.
+    spec.update({safe_name(s): tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
     index = {c: i for i, c in enumerate(specs.classes)}
     probs, labels, sliced = [], [], {s: [] for s in slices}
     output = names.PREDICTIONS if regression else names.PROBABILITIES
@@ -68,7 +70,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
         raw = parsed[specs.label].numpy()
         labels.append(raw if regression else np.array([index.get(v.decode("utf-8"), -1) for v in raw]))
         for s in slices:
-            sliced[s].append(np.array([v.decode("utf-8") for v in parsed[s].numpy()], dtype=object))
+            sliced[s].append(np.array([v.decode("utf-8") for v in parsed[safe_name(s)].numpy()], dtype=object))
     return Predictions(classes=list(specs.classes), labels=np.concatenate(labels), probabilities=np.concatenate(probs),
                        slice_values={s: np.concatenate(v) for s, v in sliced.items()}, task=specs.task)
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from components.contracts import names
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import ingest_statistics_path, manifest_path, shard_path
+from components.contracts.settings import safe_name
 from components.contracts.statistics import StatisticsAccumulator, write_statistics
 from components.ingest.settings import DataSettings
 from components.sources import readers
@@ -88,12 +89,13 @@ def check_finite(batch: pa.RecordBatch, numeric: List[str], uri: str) -> None:
 
 
 def check_not_empty(stats: Dict[str, object], features: List[str], numeric: List[str], source: str) -> None:
-    """A declared feature that is empty in every row teaches the model nothing."""
+    """A declared feature that is empty in every row teaches the model nothing (`stats`
+    name the features by their safe names)."""
     for name in features:
         present = 0
         for split_stats in stats.values():
             for feature in split_stats.datasets[0].features:
-                if feature.path.step and feature.path.step[0] == name:
+                if feature.path.step and feature.path.step[0] == safe_name(name):
                     common = feature.num_stats.common_stats if feature.HasField("num_stats") else \
                         feature.string_stats.common_stats
                     present += common.num_non_missing
@@ -135,6 +137,7 @@ def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, 
         return dropped, None
     check_finite(batch, numeric_features, uri)
     lists = as_list_batch(batch)
+    lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
     return dropped, PreparedBatch(lists, encode_examples(batch, lists), split_is_eval(batch, eval_percent, split_key))
 
 
@@ -209,7 +212,9 @@ def ingest_data(
 ) -> dict:
     """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
     or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
-    `output_dir/manifest.json`. Returns the manifest."""
+    `output_dir/manifest.json`. Returns the manifest. The examples name each column by its
+    safe name (contracts.settings.safe_name); the manifest's `columns` maps the renamed ones
+    back to the data's names."""
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
@@ -282,12 +287,13 @@ def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFil
         "shards": shards,
         "rows_dropped_missing_label": dropped_no_label,
         "split": {"rule": "hash", "key": split_key or "<whole row>", "eval_percent": eval_percent},
-        "label": label,
+        "label": safe_name(label),
         "label_type": "numeric" if numeric_label else "categorical",
         "features": {
-            **{name: "numeric" for name in numeric_features},
-            **{name: "categorical" for name in categorical_features},
+            **{safe_name(name): "numeric" for name in numeric_features},
+            **{safe_name(name): "categorical" for name in categorical_features},
         },
+        "columns": {safe_name(c): c for c in types if safe_name(c) != c},
         "compression": {"type": "GZIP", "level": compression_level},
         "engine": engine or {"name": "local"},
     }

@@ -144,6 +144,22 @@ def test_parquet_csv_and_tfrecord_sources_give_the_same_examples(tmp_path):
     assert results["d.parquet"]["rows"] == results["d.csv.gz"]["rows"] == manifest["rows"]
 
 
+def test_a_tfrecord_feature_with_several_values_in_a_later_record_is_one_line(tmp_path):
+    import tensorflow as tf
+
+    source = str(tmp_path / "multi.tfrecord")
+    with tf.io.TFRecordWriter(source) as writer:
+        for i in range(30):
+            xs = [float(i), 1.0] if i == 24 else [float(i)]
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "label": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a" if i % 2 else b"b"])),
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xs))})).SerializeToString())
+    with pytest.raises(GpupipeError) as err:
+        ingest_data(source, str(tmp_path / "o"), "label", ["x"], [])
+    assert str(err.value) == (f"data.source: {source} record 25: feature 'x' holds 2 values; gpupipe reads one value "
+                              "per feature: write one value per feature (one feature per value)")
+
+
 def test_directory_source_reads_every_file_and_lists_them(tmp_path, make_csv):
     d = tmp_path / "dir"
     d.mkdir()

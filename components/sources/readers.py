@@ -12,6 +12,7 @@ import csv
 import fnmatch
 import glob
 import hashlib
+import itertools
 import os
 import re
 import tempfile
@@ -303,12 +304,16 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
         if max_records:
             dataset = dataset.take(max_records)
         decoder = example_coder.ExamplesToRecordBatchDecoder()
+        first_record = 1
         for records in dataset.batch(TFRECORD_BATCH_ROWS):
             try:
                 batch = decoder.DecodeBatch(list(records.numpy()))
             except RuntimeError as err:  # tfx_bsl: DATA_LOSS: Unable to parse example
                 raise GpupipeError(f"data.source: {uri} holds TFRecords that are not tf.train.Example ({err}); "
                                    "write tf.train.Example records, or export the table as CSV or Parquet") from None
+            for name, column in zip(batch.schema.names, batch.columns):
+                _one_value_each(column, name, uri, first_record)
+            first_record += batch.num_rows
             yield pa.RecordBatch.from_arrays([_first_values(c) for c in batch.columns], batch.schema.names)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
         raise GpupipeError(f"data.source: {uri} is truncated or not TFRecord{' (gzip)' if _is_gzip(uri) else ''} "
@@ -316,6 +321,19 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
     finally:
         if tmp is not None:
             os.unlink(tmp.name)
+
+
+def _one_value_each(column: pa.Array, name: str, uri: str, first_record: int) -> None:
+    """A feature with several values in one record is not a table cell: taking one of them
+    would be a silent guess."""
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return
+    lengths = np.diff(column.offsets.to_numpy())
+    if len(lengths) and lengths.max() > 1:
+        at = int(np.argmax(lengths > 1))
+        raise GpupipeError(f"data.source: {uri} record {first_record + at}: feature '{name}' holds {lengths[at]} "
+                           "values; gpupipe reads one value per feature: write one value per feature (one feature "
+                           "per value)")
 
 
 def _first_values(column: pa.Array) -> pa.Array:
@@ -401,3 +419,50 @@ def check_file_columns(first: SourceFile, label: str, features: List[str],
     if split_key and split_key not in header:
         raise GpupipeError(f"data.split.key: column '{split_key}' not found in {where}; fix data.split.key")
     return header
+
+
+def sample(f: SourceFile, rows: int, na_values: Sequence[str] = names.NA_VALUES) -> pa.Table:
+    """Up to the first `rows` rows of one file, every column, with the types its format
+    gives (CSV: Arrow's type inference on the first block; TFRecord: one value per feature;
+    bytes as UTF-8 text): what `gpupipe init` proposes a config from."""
+    batches: List[pa.RecordBatch] = []
+    if f.format == "synthetic":
+        total, seed = synthetic.parse_source(f.uri)
+        batches = list(itertools.islice(synthetic.ctr_batches(min(rows, total), seed), 1))
+    elif f.format == "csv":
+        import pyarrow.csv as pacsv
+
+        header = csv_header(f.uri)
+        stream = open_for_reading(f.uri, "data.source")
+        try:
+            source = pa.CompressedInputStream(stream, "gzip") if _is_gzip(f.uri) else stream
+            reader = pacsv.open_csv(
+                source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES, column_names=header, skip_rows=1),
+                convert_options=pacsv.ConvertOptions(strings_can_be_null=True, null_values=list(na_values)))
+            while sum(b.num_rows for b in batches) < rows:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+        except (pa.ArrowInvalid, OSError) as err:
+            if not batches:
+                raise GpupipeError(_explain_csv_error(f.uri, header, " ".join(str(err).split()), {})) from None
+            # else a later block does not fit the first one's types: the sample ends before it
+        finally:
+            stream.close()
+    elif f.format == "parquet":
+        pf = _parquet_file(f.uri)
+        try:
+            batches = list(itertools.islice(pf.iter_batches(batch_size=rows), 1))
+        except (pa.ArrowInvalid, OSError) as err:
+            raise GpupipeError(f"data.source: {f.uri} is truncated or corrupt ({' '.join(str(err).split())}); "
+                               "re-export it") from None
+    else:
+        for batch in _tfrecord_batches(f.uri, max_records=rows):
+            batches.append(pa.RecordBatch.from_arrays(
+                [_utf8(c, f.uri, n) if pa.types.is_binary(c.type) else c for n, c in zip(batch.schema.names,
+                                                                                       batch.columns)],
+                batch.schema.names))
+    if not batches:
+        raise GpupipeError(f"data.source: {f.uri} has no data rows; point it at a file with data")
+    return pa.Table.from_batches(batches).slice(0, rows)

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 from components.contracts import names
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern, ingest_statistics_path, read_manifest, split_files
-from components.contracts.settings import Columns
+from components.contracts.settings import Columns, safe_name
 from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
 from components.validate.settings import DriftSettings, ValidationSettings
 
@@ -80,6 +80,8 @@ def infer_schema(train_stats, label: str, settings: Optional[ValidationSettings]
     import tensorflow_data_validation as tfdv
 
     settings = settings or ValidationSettings()
+    label = safe_name(label)
+    tolerances = {safe_name(k): v for k, v in settings.unseen_category_tolerance_by_feature.items()}
     schema = tfdv.infer_schema(train_stats, infer_feature_shape=False)
     for feature in schema.feature:
         if feature.name == label:
@@ -88,8 +90,7 @@ def infer_schema(train_stats, label: str, settings: Optional[ValidationSettings]
             continue
         feature.presence.min_fraction = 0.0
         if feature.HasField("domain"):  # a string domain (TFDV keeps them at the schema's top level)
-            tolerance = settings.unseen_category_tolerance_by_feature.get(feature.name,
-                                                                          settings.unseen_category_tolerance)
+            tolerance = tolerances.get(feature.name, settings.unseen_category_tolerance)
             feature.distribution_constraints.min_domain_mass = 1.0 - tolerance
     return schema
 
@@ -100,12 +101,49 @@ class ValidationResult:
     schema: object
     anomalies: Dict[str, object]
     problems: List[str] = field(default_factory=list)  # schema anomalies, one line each
+    warnings: List[str] = field(default_factory=list)  # tolerated unseen categorical values, one line each
     drift: List[str] = field(default_factory=list)  # drift past its threshold, one line each
     baseline: str = ""  # where the drift baseline came from ("" when there was none)
 
     @property
     def ok(self) -> bool:
         return not self.problems and not self.drift
+
+
+def _in_domain_counts(feature_stats, domain: set) -> tuple:
+    """(values in all, values in `domain`) of a string feature, from TFDV's rank histogram
+    (or its top values): what TFDV's min_domain_mass check counts."""
+    s = feature_stats.string_stats
+    total = s.common_stats.tot_num_values or s.common_stats.num_non_missing
+    buckets = [(b.label, b.sample_count) for b in s.rank_histogram.buckets] or \
+              [(v.value, v.frequency) for v in s.top_values]
+    return int(total), int(sum(count for value, count in buckets if value in domain))
+
+
+def tolerated_unseen(statistics: Dict[str, object], schema, label: str, problems: List[str]) -> List[str]:
+    """One line per split and categorical feature whose values unseen in training stay
+    within the schema's tolerance (1 - min_domain_mass): the feature, the fraction, the
+    tolerance. Past the tolerance it is an anomaly (in `problems`) instead."""
+    import tensorflow_data_validation as tfdv
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    flagged = {(line.split(":", 1)[0], _feature_of(line)) for line in problems}
+    lines = []
+    for split in names.SPLITS:
+        by_name = {f.path.step[0] if f.path.step else f.name: f for f in statistics[split].datasets[0].features}
+        for feature in schema.feature:
+            if feature.name == label or feature.type != schema_pb2.BYTES or not feature.HasField("domain") \
+                    or feature.name not in by_name or (split, feature.name) in flagged:
+                continue
+            total, known = _in_domain_counts(by_name[feature.name], set(tfdv.get_domain(schema, feature.name).value))
+            if not total or known >= total:
+                continue
+            tolerance = 1.0 - feature.distribution_constraints.min_domain_mass \
+                if feature.HasField("distribution_constraints") else 0.0
+            lines.append(f"{split}: feature '{feature.name}': {(total - known) / total:.2%} of values "
+                         f"({total - known} of {total}) unseen in training, within the tolerance {tolerance:.2%} "
+                         "(validation.unseen_category_tolerance): the model's out-of-vocabulary row takes them")
+    return lines
 
 
 def _is_drift(reason) -> bool:
@@ -133,12 +171,21 @@ def set_drift_comparators(schema, settings: DriftSettings) -> None:
     """L-infinity for string features, Jensen-Shannon divergence for numeric ones."""
     from tensorflow_metadata.proto.v0 import schema_pb2
 
+    thresholds = {safe_name(k): v for k, v in settings.features.items()}
     for feature in schema.feature:
-        threshold = settings.features.get(feature.name)
+        threshold = thresholds.get(feature.name)
         if feature.type == schema_pb2.BYTES:
             feature.drift_comparator.infinity_norm.threshold = threshold or settings.categorical_threshold
         elif feature.type in (schema_pb2.FLOAT, schema_pb2.INT):
             feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
+
+
+def annotate_columns(schema, columns: Dict[str, str]) -> None:
+    """A feature renamed to its safe name says in the schema which column it came from."""
+    for feature in schema.feature:
+        if feature.name in columns:
+            feature.annotation.comment.append(f"column {columns[feature.name]!r} in the data (renamed to a name "
+                                              "TensorFlow takes)")
 
 
 def ingest_statistics(examples_dir: str) -> Optional[Dict[str, object]]:
@@ -171,6 +218,7 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     settings = settings or ValidationSettings()
+    label = safe_name(label)
     statistics = compute_statistics(examples_dir, settings)
     if settings.schema_file:
         import tensorflow as tf
@@ -181,6 +229,7 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
         schema = tfdv.load_schema_text(settings.schema_file)
     else:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
+        annotate_columns(schema, (read_manifest(examples_dir) or {}).get("columns", {}))
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
     if settings.skew_threshold:
@@ -206,7 +255,8 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
                        for line in describe_anomalies(names.TRAIN_SPLIT, drift_anomalies, drift=True)]
         anomalies["drift"] = drift_anomalies
     return ValidationResult(statistics=statistics, schema=schema, anomalies=anomalies, problems=problems,
-                            drift=drift_lines, baseline=baseline_name)
+                            warnings=tolerated_unseen(statistics, schema, label, problems), drift=drift_lines,
+                            baseline=baseline_name)
 
 
 def _feature_of(line: str) -> str:
@@ -233,6 +283,8 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
         tfdv.write_anomalies_text(anomalies, os.path.join(anomalies_dir, f"{split}-{names.ANOMALIES_FILE}"))
     summary = ["# Data validation", "", "## Schema anomalies", ""]
     summary += [f"- {line}" for line in result.problems] or ["No anomalies."]
+    if result.warnings:
+        summary += ["", "## Warnings", ""] + [f"- warning: {line}" for line in result.warnings]
     summary += ["", "## Drift", ""]
     if result.baseline:
         summary += [f"Baseline: {result.baseline}.", ""]
@@ -244,7 +296,8 @@ def write_outputs(result: ValidationResult, statistics_dir: str, schema_dir: str
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(summary) + "\n")
     with open(os.path.join(anomalies_dir, VALIDATION_FILE), "w", encoding="utf-8") as f:
-        json.dump({"anomalies": result.problems, "drift": result.drift, "baseline": result.baseline}, f, indent=2)
+        json.dump({"anomalies": result.problems, "warnings": result.warnings, "drift": result.drift,
+                   "baseline": result.baseline}, f, indent=2)
     html = get_statistics_html(
         lhs_statistics=result.statistics[names.TRAIN_SPLIT], rhs_statistics=result.statistics[names.EVAL_SPLIT],
         lhs_name=names.TRAIN_SPLIT, rhs_name=names.EVAL_SPLIT)
@@ -286,7 +339,7 @@ def run_validation(examples_dir: str, label: str, statistics_dir: str, schema_di
     settings = settings or ValidationSettings()
     result = validate_examples(examples_dir, label, settings, baseline_stats, baseline_name)
     write_outputs(result, statistics_dir, schema_dir, anomalies_dir, report_html, summary_md)
-    warn_only = set(settings.warn_only)
+    warn_only = {safe_name(n) for n in settings.warn_only}
     blocking = [line for line in result.problems if settings.fail_on_anomalies and _feature_of(line) not in warn_only]
     blocking += [line for line in result.drift if settings.drift.blocking and _feature_of(line) not in warn_only]
     if blocking:

@@ -224,3 +224,33 @@ def test_a_few_unseen_categories_are_tolerated_and_more_are_not():
     assert problems(many, unseen_category_tolerance_by_feature={"color": 0.25}) == []
     assert [p.split(":")[1].strip() for p in problems(few + ["red"], labels=["a", "b"] * 100 + ["c", "a"])] == [
         "feature 'label'"]
+
+
+def test_tolerated_unseen_categories_are_a_warning_line_in_the_markdown(tmp_path):
+    """Below the tolerance, unseen values pass, but not silently: one warning line per
+    split and feature naming the fraction and the tolerance, in validate's Markdown and
+    validation.json (which the run summary shows: tests/test_bad_input.py)."""
+    import json
+
+    import pandas as pd
+    import tensorflow_data_validation as tfdv
+
+    from components.validate.logic import ValidationResult, infer_schema, tolerated_unseen, write_outputs
+
+    frame = pd.DataFrame({"label": ["a", "b"] * 200, "color": ["red", "blue"] * 200, "shape": ["o", "x"] * 200})
+    train = tfdv.generate_statistics_from_dataframe(frame)
+    evals = tfdv.generate_statistics_from_dataframe(pd.DataFrame(
+        {"label": ["a", "b"] * 100 + ["a"], "color": ["red", "blue"] * 100 + ["purple"], "shape": ["o"] * 201}))
+    stats = {"train": train, "eval": evals}
+    schema = infer_schema(train, "label", ValidationSettings(unseen_category_tolerance_by_feature={"color": 0.02}))
+    lines = tolerated_unseen(stats, schema, "label", problems=[])
+    assert lines == ["eval: feature 'color': 0.50% of values (1 of 201) unseen in training, within the tolerance "
+                     "2.00% (validation.unseen_category_tolerance): the model's out-of-vocabulary row takes them"]
+    assert tolerated_unseen(stats, schema, "label", problems=["eval: feature 'color': too many"]) == []
+    dirs = [str(tmp_path / k) for k in ("s", "c", "a")]
+    write_outputs(ValidationResult(statistics=stats, schema=schema, anomalies={}, warnings=lines), *dirs,
+                  str(tmp_path / "r.html"), str(tmp_path / "summary.md"))
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "## Warnings\n\n- warning: eval: feature 'color': 0.50% of values" in markdown
+    validation = json.loads((tmp_path / "a" / "validation.json").read_text())
+    assert validation["warnings"] == lines
