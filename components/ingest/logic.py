@@ -293,7 +293,8 @@ def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFil
             **{safe_name(name): "numeric" for name in numeric_features},
             **{safe_name(name): "categorical" for name in categorical_features},
         },
-        "columns": {safe_name(c): c for c in types if safe_name(c) != c},
+        "columns": {safe_name(c): c for c in [label, *numeric_features, *categorical_features]
+                    if safe_name(c) != c},
         "compression": {"type": "GZIP", "level": compression_level},
         "engine": engine or {"name": "local"},
     }
