@@ -136,10 +136,26 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from components.store.served import rollback
+    from components.store.served import preload, rollback, rollback_needs_loading
 
     config = load_config(args.config)
     base = args.serving_base or config.serving.base
+    name, endpoint = config.serving.model_name, args.endpoint or config.serving.endpoint
+    unloaded = rollback_needs_loading(base, name, args.to)
+    if unloaded is not None and endpoint:
+        # TF Serving moves an existing label only onto a loaded version: load it first.
+        import grpc
+
+        from components.push.smoke import wait_until_available
+
+        preload(base, name, unloaded)
+        print(f"{name}: waiting for {endpoint} to load version {unloaded} before stable moves onto it", flush=True)
+        with grpc.insecure_channel(endpoint) as channel:
+            wait_until_available(channel, name, unloaded, args.timeout)
+    elif unloaded is not None:
+        print(f"note: models.config did not name version {unloaded}, so a TF Serving reading it has it unloaded and "
+              "refuses to move stable until it is loaded; pass --endpoint HOST:PORT (or set serving.endpoint) to "
+              "wait for it (KServe: re-apply gpupipe manifest)", file=sys.stderr)
     previous, now = rollback(base, config.serving.model_name, args.to)
     print(f"{config.serving.model_name}: stable moved from version {previous} to version {now} "
           f"({base.rstrip('/')}/models.config)")
@@ -415,8 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rollback", help="point TF Serving's `stable` label back at an earlier version")
     p.add_argument("config")
-    p.add_argument("--to", type=int, help="version to serve (default: the one before the current stable)")
+    p.add_argument("--to", type=int, help="version to serve (default: the newest earlier one that passed)")
     p.add_argument("--serving-base", help="override serving.base")
+    p.add_argument("--endpoint", help="TF Serving gRPC host:port (default: serving.endpoint): when the target is not "
+                                      "loaded, load it and wait for it before stable moves")
+    p.add_argument("--timeout", type=float, default=300.0, help="with an endpoint: seconds to wait for the load")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("versions", help="list the versions under the serving base: state, labels, metric, model "

@@ -185,3 +185,34 @@ def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
                                                "removed); stable stays version 3")
     assert main(["abort", CONFIG, "--serving-base", base]) == 2
     assert capsys.readouterr().err.startswith("error: abort: penguins has no canary version under ")
+
+
+def test_rollback_further_back_has_tf_serving_load_the_version_before_stable_moves(tmp_path, capsys, monkeypatch):
+    from components.push import smoke
+    from components.push.logic import push_model
+    from components.store import models_config, served
+    from components.store.base import ServingStore
+    from pipelines.cli import main
+
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    base, config = str(tmp_path / "serving"), str(ROOT / "configs" / "penguins.yaml")
+    for _ in range(4):
+        push_model(str(model), True, ["ok"], base, "penguins")  # stable 4, previous stable 3 (loaded too)
+    store = ServingStore(base, "penguins")
+
+    def served_now():
+        (entry,) = models_config.parse(store.read_models_config()).model_config_list.config
+        return list(entry.model_version_policy.specific.versions), dict(entry.version_labels)
+
+    assert served.rollback_needs_loading(base, "penguins", None) is None  # 3 is loaded: the label may move
+    seen = []
+    monkeypatch.setattr(smoke, "wait_until_available", lambda channel, name, version, timeout: seen.append(
+        (name, version, served_now())))
+    assert main(["rollback", config, "--serving-base", base, "--to", "1", "--endpoint", "127.0.0.1:8500"]) == 0
+    # models.config named version 1 (unlabelled) while stable still pointed at 4, then stable moved
+    assert seen == [("penguins", 1, ([1, 3, 4], {"stable": 4}))]
+    assert served_now() == ([1, 4], {"stable": 1})
+    assert capsys.readouterr().out.splitlines()[0] == ("penguins: waiting for 127.0.0.1:8500 to load version 1 "
+                                                       "before stable moves onto it")

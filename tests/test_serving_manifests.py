@@ -33,7 +33,8 @@ def test_kserve_serves_the_stable_release_then_a_canary_with_its_share(penguins_
     assert predictor["batcher"] == {"maxBatchSize": 32, "maxLatency": 2}
     assert stable["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
     canary = kserve_inference_service(config, "gs://b/serving", stable=3, canary=4)["spec"]["predictor"]
-    assert canary["model"]["storageUri"] == "gs://b/serving/penguins/releases/4" and canary["canaryTrafficPercent"] == 15
+    assert canary["model"]["storageUri"] == "gs://b/serving/penguins/releases/4"
+    assert canary["canaryTrafficPercent"] == 15
 
 
 @pytest.mark.parametrize("stable, canary, percent, message", [

@@ -292,7 +292,10 @@ def record_states(base, name="m"):
     return {int(v): e["state"] for v, e in served.read_record(ServingStore(base, name))["versions"].items()}
 
 
-def test_each_version_records_its_state_and_lineage(tmp_path, model_dir):
+def test_each_version_records_its_state_and_lineage(tmp_path, model_dir, monkeypatch):
+    from components.push import logic
+
+    monkeypatch.setattr(logic, "eval_examples", lambda examples_dir, count: [])  # no eval split here
     write_blessing(Blessing(True, "accuracy", 0.95, 0.9, ["accuracy 0.9500 meets threshold (>= 0.9000)"],
                             metrics={"accuracy": 0.95}), str(tmp_path / "b"))
     lineage = {"run_name": "nightly", "pipeline": "penguins", "gpupipe_version": "0.1.0", "image": "img@sha256:ab",

@@ -294,6 +294,26 @@ def rollback(base: str, model_name: str, to: Optional[int] = None) -> Tuple[Opti
     return current, to
 
 
+def rollback_needs_loading(base: str, model_name: str, to: Optional[int]) -> Optional[int]:
+    """The version a rollback to `to` (None: the default target) would move `stable` onto
+    when models.config does not name it yet (TF Serving then has it unloaded and refuses
+    the label move); None when it is already named."""
+    store = ServingStore(base, model_name)
+    record = read_record(store)
+    current = states.stable(record)
+    target = to if to is not None else states.rollback_target(
+        record, current if current is not None else max(store.versions(), default=0) + 1)
+    if target is None or target in states.loaded(record) or not states.passed(states.entry(record, target)):
+        return None
+    return target
+
+
+def preload(base: str, model_name: str, version: int) -> None:
+    """Names `version` in models.config without a label, so TF Serving loads it before a
+    rollback moves `stable` onto it (cleared when it becomes stable)."""
+    update_record(ServingStore(base, model_name), lambda r: r.__setitem__("preload", version))
+
+
 def promote(base: str, model_name: str, keep: int = 0) -> Tuple[Optional[int], int]:
     """The canary becomes stable; the stable before stays as the previous stable. Returns
     (previous stable, new stable)."""

@@ -102,8 +102,8 @@ def loaded(record: dict) -> List[int]:
     newest) and the previous stable one, so that TF Serving has it loaded when a rollback
     moves `stable` back (it refuses to move an existing label onto a version not loaded)."""
     in_test = [v for v in numbers(record, CANARY) if entry(record, v).get("in_progress")]
-    previous = record.get("previous_stable")
-    kept = [previous] if previous is not None and passed(entry(record, previous)) else []
+    kept = [v for v in (record.get("previous_stable"), record.get("preload"))
+            if v is not None and passed(entry(record, v))]
     return sorted(set(labels(record).values()) | set(in_test) | set(kept))
 
 
@@ -144,6 +144,8 @@ def make_stable(record: dict, version: int, now: float, reason: str, newer_only:
         set_state(record, before, RETIRED, now, f"stable moved to version {version}")
         record["previous_stable"] = before
     set_state(record, version, STABLE, now, reason, passed=True, in_progress=False, deadline=None)
+    if record.get("preload") == version:
+        record["preload"] = None
     return before
 
 
