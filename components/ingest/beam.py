@@ -151,6 +151,16 @@ class GzipTFRecordSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-a
         return _GzipWriter(super().open(temp_path), GZIP_LEVEL)
 
 
+def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str]) -> None:
+    """A remote runner's workers read the source themselves: a file on this task's disk is
+    out of their reach."""
+    runner = runner_of(pipeline_args)
+    local = [f.uri for f in files if f.format != "synthetic" and not is_gcs(f.uri)]
+    if runner not in _LOCAL_RUNNERS and local:
+        raise GpupipeError(f"data.source: {local[0]} is on this task's disk, which the workers of --runner={runner} "
+                           "cannot read; put the data on gs:// (or run on the DirectRunner)")
+
+
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
     """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
     split, per-file summaries and errors, all under `staging`."""
@@ -203,7 +213,7 @@ def _move_into(local: str, output_dir: str) -> None:
         target = os.path.join(output_dir, name)
         if os.path.isdir(target):
             shutil.rmtree(target)
-        os.replace(os.path.join(local, name), target)
+        shutil.move(os.path.join(local, name), target)  # a rename on one filesystem
 
 
 def ingest_data_beam(
@@ -227,6 +237,7 @@ def ingest_data_beam(
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
+    check_reachable(files, pipeline_args)
     staging = staging_location(output_dir, pipeline_args)
     local = staging if not is_gcs(staging) else tempfile.mkdtemp(
         prefix=".gpupipe-ingest-", dir=os.path.dirname(os.path.abspath(output_dir)))

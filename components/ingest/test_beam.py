@@ -136,13 +136,19 @@ def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and no staging left beside it
 
 
-def test_a_remote_runner_needs_a_temp_location(tmp_path):
+def test_a_remote_runner_needs_a_temp_location_and_data_it_can_reach(tmp_path):
     with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=DataflowRunner .* add "
                                            r"--temp_location=gs://"):
         staging_location(str(tmp_path / "examples"), ["--runner=DataflowRunner", "--project=p"])
     staged = staging_location(str(tmp_path / "ex"), ["--runner=FlinkRunner", "--temp_location=gs://b/tmp/"])
     assert staged.startswith("gs://b/tmp/gpupipe-ingest-")
     assert os.path.dirname(staging_location(str(tmp_path / "ex"), [])) == str(tmp_path)
+    source = write_source(tmp_path / "src", files=1, rows=5)
+    with pytest.raises(GpupipeError, match=r"^data.source: .*part-0.csv is on this task's disk, which the workers of "
+                                           r"--runner=DataflowRunner cannot read; put the data on gs://"):
+        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS,
+                         pipeline_args=["--runner=DataflowRunner", "--temp_location=gs://b/tmp"])
+    assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
 @pytest.mark.parametrize("engine, threshold, expected", [("local", 0.0001, "local"), ("beam", 1e6, "beam"),
