@@ -122,18 +122,28 @@ def test_same_statistics_counts_exact_means_close(both):
         assert common(fl["x"]).num_missing > 0  # the missing values were there to count
 
 
-def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path):
-    source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))
-    with pytest.raises(GpupipeError) as in_process:
-        ingest_data(source, str(tmp_path / "local"), **COLUMNS)
-    with pytest.raises(GpupipeError) as on_beam:
-        ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
-    message = str(on_beam.value)
-    assert message == str(in_process.value)
-    assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
-                              "holds") and "\n" not in message
+def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path, monkeypatch):
+    """The source on gs:// (the gcs emulator), read by the job's workers; a bad row in the
+    second file leaves nothing written."""
+    from components.contracts.storage import gcs_client
+    from tests.fixtures.gcs import gcs_emulator
+
+    local_source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))
+    with gcs_emulator(monkeypatch) as bucket:
+        for name in sorted(os.listdir(local_source)):
+            gcs_client().bucket(bucket).blob(f"raw/{name}").upload_from_filename(os.path.join(local_source, name))
+        source = f"gs://{bucket}/raw"
+        with pytest.raises(GpupipeError) as in_process:
+            ingest_data(source, str(tmp_path / "local"), **COLUMNS)
+        with pytest.raises(GpupipeError) as on_beam:
+            ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
+        message = str(on_beam.value)
+        assert message == str(in_process.value)
+        assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
+                                  "holds") and "\n" not in message
+        assert [b.name for b in gcs_client().list_blobs(bucket)] == [f"raw/part-{k}.csv" for k in range(3)]
     assert not os.path.exists(tmp_path / "beam")  # no shard, no manifest
-    assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and no staging left beside it
+    assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and nothing staged beside it
 
 
 def test_a_remote_runner_needs_a_temp_location_and_data_it_can_reach(tmp_path):
