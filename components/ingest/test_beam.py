@@ -13,7 +13,7 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern
 from components.contracts.statistics import read_statistics
 from components.ingest.beam import ingest_data_beam, staging_location
-from components.ingest.logic import ingest_data, pick_engine
+from components.ingest.logic import ingest_data, pick_engine, run_ingest
 from components.ingest.settings import DataSettings
 
 pytestmark = pytest.mark.unit
@@ -64,12 +64,16 @@ def common(feature):
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One multi-file source ingested by both engines: Beam's DirectRunner with two worker
-    processes, and in process."""
+    """One multi-file source ingested by the ingest step on both engines: in process, and
+    (data.engine auto, the source above the threshold) Beam's DirectRunner with two worker
+    processes."""
     root = tmp_path_factory.mktemp("engines")
     source = write_source(root / "src")
-    local = ingest_data(source, str(root / "local"), **COLUMNS, eval_percent=25)
-    beam = ingest_data_beam(source, str(root / "beam"), **COLUMNS, eval_percent=25, pipeline_args=MULTI_PROCESS)
+    settings = DataSettings(source=source, **COLUMNS, split={"eval_percent": 25})
+    local = run_ingest(settings=settings, examples_dir=str(root / "local"))
+    on_beam = settings.model_copy(update={"engine": "auto", "beam_threshold_mb": 0.05,
+                                          "beam_pipeline_args": MULTI_PROCESS})
+    beam = run_ingest(settings=on_beam, examples_dir=str(root / "beam"))
     return {"root": root, "local": local, "beam": beam, "dirs": {k: str(root / k) for k in ("local", "beam")}}
 
 
