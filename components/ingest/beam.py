@@ -88,10 +88,20 @@ def pipeline_options(pipeline_args: Sequence[str]):
 
 
 def runner_of(pipeline_args: Sequence[str]) -> str:
+    """The runner the arguments name ("" for none: the DirectRunner); an unknown one is a
+    one-line error."""
     from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.runners.runner import create_runner
 
     runner = pipeline_options(pipeline_args).view_as(StandardOptions).runner or ""
-    return runner if isinstance(runner, str) else type(runner).__name__
+    runner = runner if isinstance(runner, str) else type(runner).__name__
+    if runner:
+        try:
+            create_runner(runner)
+        except ValueError:
+            raise GpupipeError(f"data.beam_pipeline_args: --runner={runner} is not a Beam runner; use DirectRunner, "
+                               "DataflowRunner, FlinkRunner, SparkRunner, PortableRunner or PrismRunner") from None
+    return runner
 
 
 def staging_location(examples_dir: str, pipeline_args: Sequence[str]) -> str:
@@ -267,6 +277,7 @@ def ingest_data_beam(
     Beam job. Returns the manifest."""
     import apache_beam as beam
 
+    runner_of(pipeline_args)
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
@@ -275,11 +286,7 @@ def ingest_data_beam(
     local = staging if not _remote(staging) else tempfile.mkdtemp(
         prefix=".gpupipe-ingest-", dir=os.path.dirname(os.path.abspath(output_dir)))
     try:
-        try:
-            pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
-        except ValueError as err:  # an unknown runner
-            raise GpupipeError(f"data.beam_pipeline_args: {' '.join(str(err).split())}; fix the runner's "
-                               "arguments") from None
+        pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
         if _remote(staging):  # Beam's filesystems, here too, with the job's options (credentials)
             from apache_beam.io.filesystems import FileSystems
 

@@ -162,6 +162,8 @@ def test_a_remote_runner_needs_a_temp_location_and_data_it_can_reach(tmp_path):
                                            r"--runner=DataflowRunner cannot read; put the data on gs://"):
         ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS,
                          pipeline_args=["--runner=DataflowRunner", "--temp_location=gs://b/tmp"])
+    with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=FastRunner is not a Beam runner; use "):
+        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS, pipeline_args=["--runner=FastRunner"])
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
