@@ -32,7 +32,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
-from components.contracts.storage import delete_prefix, download_prefix, is_gcs
+from components.contracts.storage import is_gcs
 from components.ingest.logic import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
@@ -88,10 +88,20 @@ def pipeline_options(pipeline_args: Sequence[str]):
 
 
 def runner_of(pipeline_args: Sequence[str]) -> str:
+    """The runner the arguments name ("" for none: the DirectRunner); an unknown one is a
+    one-line error."""
     from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.runners.runner import create_runner
 
     runner = pipeline_options(pipeline_args).view_as(StandardOptions).runner or ""
-    return runner if isinstance(runner, str) else type(runner).__name__
+    runner = runner if isinstance(runner, str) else type(runner).__name__
+    if runner:
+        try:
+            create_runner(runner)
+        except ValueError:
+            raise GpupipeError(f"data.beam_pipeline_args: --runner={runner} is not a Beam runner; use DirectRunner, "
+                               "DataflowRunner, FlinkRunner, SparkRunner, PortableRunner or PrismRunner") from None
+    return runner
 
 
 def staging_location(examples_dir: str, pipeline_args: Sequence[str]) -> str:
@@ -151,6 +161,16 @@ class GzipTFRecordSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-a
         return _GzipWriter(super().open(temp_path), GZIP_LEVEL)
 
 
+def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str]) -> None:
+    """A remote runner's workers read the source themselves: a file on this task's disk is
+    out of their reach."""
+    runner = runner_of(pipeline_args)
+    local = [f.uri for f in files if f.format != "synthetic" and not is_gcs(f.uri)]
+    if runner not in _LOCAL_RUNNERS and local:
+        raise GpupipeError(f"data.source: {local[0]} is on this task's disk, which the workers of --runner={runner} "
+                           "cannot read; put the data on gs:// (or run on the DirectRunner)")
+
+
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
     """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
     split, per-file summaries and errors, all under `staging`."""
@@ -194,6 +214,39 @@ def _read_stats(path: str, split: str):
     return stats
 
 
+def _remote(path: str) -> bool:
+    """gs://, s3://, hdfs://...: a filesystem Beam reaches, not this task's disk."""
+    return "://" in path
+
+
+def _fetch(staging: str, local: str, options) -> None:
+    """Every file the job wrote under a remote staging prefix, into `local` (Beam's
+    filesystems: gs://, s3://, hdfs://, whichever the runner wrote to)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(options)  # the job's credentials options, also for this task's reads
+    prefix = staging.rstrip("/") + "/"
+    for meta in FileSystems.match([prefix + "**"])[0].metadata_list:
+        target = os.path.join(local, meta.path[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with FileSystems.open(meta.path, compression_type=CompressionTypes.UNCOMPRESSED) as src, \
+                open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 8 << 20)
+
+
+def _delete(staging: str, options) -> None:
+    from apache_beam.io.filesystems import BeamIOError, FileSystems
+
+    FileSystems.set_options(options)
+    try:
+        paths = [m.path for m in FileSystems.match([staging.rstrip("/") + "/**"])[0].metadata_list]
+    except BeamIOError:  # nothing was written there
+        return
+    if paths:
+        FileSystems.delete(paths)
+
+
 def _move_into(local: str, output_dir: str) -> None:
     """The staged files into the examples directory: the splits and statistics first, the
     manifest last (a reader that goes by it never sees it before what it names)."""
@@ -203,7 +256,7 @@ def _move_into(local: str, output_dir: str) -> None:
         target = os.path.join(output_dir, name)
         if os.path.isdir(target):
             shutil.rmtree(target)
-        os.replace(os.path.join(local, name), target)
+        shutil.move(os.path.join(local, name), target)  # a rename on one filesystem
 
 
 def ingest_data_beam(
@@ -224,23 +277,25 @@ def ingest_data_beam(
     Beam job. Returns the manifest."""
     import apache_beam as beam
 
+    runner_of(pipeline_args)
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label)
+    check_reachable(files, pipeline_args)
     staging = staging_location(output_dir, pipeline_args)
-    local = staging if not is_gcs(staging) else tempfile.mkdtemp(
+    local = staging if not _remote(staging) else tempfile.mkdtemp(
         prefix=".gpupipe-ingest-", dir=os.path.dirname(os.path.abspath(output_dir)))
     try:
-        try:
-            pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
-        except ValueError as err:  # an unknown runner
-            raise GpupipeError(f"data.beam_pipeline_args: {' '.join(str(err).split())}; fix the runner's "
-                               "arguments") from None
+        pipeline = beam.Pipeline(options=pipeline_options(pipeline_args))
+        if _remote(staging):  # Beam's filesystems, here too, with the job's options (credentials)
+            from apache_beam.io.filesystems import FileSystems
+
+            FileSystems.set_options(pipeline.options)
         fn = ReadPrepareSplit(types, numeric_features, na_values, eval_percent, split_key)
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
-        if is_gcs(staging):
-            download_prefix(staging, local)
+        if _remote(staging):
+            _fetch(staging, local, pipeline_options(pipeline_args))
         job = os.path.join(local, _JOB)
         errors = sorted(_json_lines(os.path.join(job, "errors.jsonl")), key=lambda e: e["index"])
         if errors:
@@ -265,5 +320,5 @@ def ingest_data_beam(
         return manifest
     finally:
         shutil.rmtree(local, ignore_errors=True)
-        if is_gcs(staging):
-            delete_prefix(staging)
+        if _remote(staging):
+            _delete(staging, pipeline_options(pipeline_args))

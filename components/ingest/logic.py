@@ -255,9 +255,10 @@ def ingest_data(
 
 
 def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFile], per_file: List[dict],
-                  rows: Dict[str, int], shards: Dict[str, int], dropped_no_label: int, stats: Optional[Dict[str, object]],
-                  stats_seconds: Optional[float], label: str, numeric_features: List[str], categorical_features: List[str],
-                  numeric_label: bool, split_key: Optional[str], eval_percent: int, compression_level: int,
+                  rows: Dict[str, int], shards: Dict[str, int], dropped_no_label: int,
+                  stats: Optional[Dict[str, object]], stats_seconds: Optional[float], label: str,
+                  numeric_features: List[str], categorical_features: List[str], numeric_label: bool,
+                  split_key: Optional[str], eval_percent: int, compression_level: int,
                   max_dropped_label_fraction: float, engine: Optional[dict] = None) -> dict:
     """The checks on the whole table (rows without a label, empty features, empty splits),
     then the statistics file and manifest.json (written last). Both engines end here."""

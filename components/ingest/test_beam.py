@@ -13,7 +13,7 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern
 from components.contracts.statistics import read_statistics
 from components.ingest.beam import ingest_data_beam, staging_location
-from components.ingest.logic import ingest_data, pick_engine
+from components.ingest.logic import ingest_data, pick_engine, run_ingest
 from components.ingest.settings import DataSettings
 
 pytestmark = pytest.mark.unit
@@ -64,12 +64,16 @@ def common(feature):
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One multi-file source ingested by both engines: Beam's DirectRunner with two worker
-    processes, and in process."""
+    """One multi-file source ingested by the ingest step on both engines: in process, and
+    (data.engine auto, the source above the threshold) Beam's DirectRunner with two worker
+    processes."""
     root = tmp_path_factory.mktemp("engines")
     source = write_source(root / "src")
-    local = ingest_data(source, str(root / "local"), **COLUMNS, eval_percent=25)
-    beam = ingest_data_beam(source, str(root / "beam"), **COLUMNS, eval_percent=25, pipeline_args=MULTI_PROCESS)
+    settings = DataSettings(source=source, **COLUMNS, split={"eval_percent": 25})
+    local = run_ingest(settings=settings, examples_dir=str(root / "local"))
+    on_beam = settings.model_copy(update={"engine": "auto", "beam_threshold_mb": 0.05,
+                                          "beam_pipeline_args": MULTI_PROCESS})
+    beam = run_ingest(settings=on_beam, examples_dir=str(root / "beam"))
     return {"root": root, "local": local, "beam": beam, "dirs": {k: str(root / k) for k in ("local", "beam")}}
 
 
@@ -122,27 +126,45 @@ def test_same_statistics_counts_exact_means_close(both):
         assert common(fl["x"]).num_missing > 0  # the missing values were there to count
 
 
-def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path):
-    source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))
-    with pytest.raises(GpupipeError) as in_process:
-        ingest_data(source, str(tmp_path / "local"), **COLUMNS)
-    with pytest.raises(GpupipeError) as on_beam:
-        ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
-    message = str(on_beam.value)
-    assert message == str(in_process.value)
-    assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
-                              "holds") and "\n" not in message
+def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path, monkeypatch):
+    """The source on gs:// (the gcs emulator), read by the job's workers; a bad row in the
+    second file leaves nothing written."""
+    from components.contracts.storage import gcs_client
+    from tests.fixtures.gcs import gcs_emulator
+
+    local_source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))
+    with gcs_emulator(monkeypatch) as bucket:
+        for name in sorted(os.listdir(local_source)):
+            gcs_client().bucket(bucket).blob(f"raw/{name}").upload_from_filename(os.path.join(local_source, name))
+        source = f"gs://{bucket}/raw"
+        with pytest.raises(GpupipeError) as in_process:
+            ingest_data(source, str(tmp_path / "local"), **COLUMNS)
+        with pytest.raises(GpupipeError) as on_beam:
+            ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
+        message = str(on_beam.value)
+        assert message == str(in_process.value)
+        assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
+                                  "holds") and "\n" not in message
+        assert [b.name for b in gcs_client().list_blobs(bucket)] == [f"raw/part-{k}.csv" for k in range(3)]
     assert not os.path.exists(tmp_path / "beam")  # no shard, no manifest
-    assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and no staging left beside it
+    assert sorted(os.listdir(tmp_path)) == ["local", "src"]  # and nothing staged beside it
 
 
-def test_a_remote_runner_needs_a_temp_location(tmp_path):
+def test_a_remote_runner_needs_a_temp_location_and_data_it_can_reach(tmp_path):
     with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=DataflowRunner .* add "
                                            r"--temp_location=gs://"):
         staging_location(str(tmp_path / "examples"), ["--runner=DataflowRunner", "--project=p"])
     staged = staging_location(str(tmp_path / "ex"), ["--runner=FlinkRunner", "--temp_location=gs://b/tmp/"])
     assert staged.startswith("gs://b/tmp/gpupipe-ingest-")
     assert os.path.dirname(staging_location(str(tmp_path / "ex"), [])) == str(tmp_path)
+    source = write_source(tmp_path / "src", files=1, rows=5)
+    with pytest.raises(GpupipeError, match=r"^data.source: .*part-0.csv is on this task's disk, which the workers of "
+                                           r"--runner=DataflowRunner cannot read; put the data on gs://"):
+        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS,
+                         pipeline_args=["--runner=DataflowRunner", "--temp_location=gs://b/tmp"])
+    with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=FastRunner is not a Beam runner; use "):
+        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS, pipeline_args=["--runner=FastRunner"])
+    assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
 @pytest.mark.parametrize("engine, threshold, expected", [("local", 0.0001, "local"), ("beam", 1e6, "beam"),
