@@ -48,3 +48,5 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         assert os.listdir(pod) == [], "a task wrote into its working directory"
         pushed = next((tmp_path / "artifacts").glob("penguins-cluster-*/push/summary"))
         assert pushed.read_text().startswith("# Pushed version 1")
+        page = next((tmp_path / "artifacts").glob("penguins-cluster-*/report/page")).read_text()  # the HTML artifact
+        assert "Pushed version 1: gs://" in page and 'id="plot-loss"' in page

@@ -1,5 +1,6 @@
 """`gpupipe report CONFIG`: the pool view of a config's recent local runs, from the
-training reports in their run directories (written here in train's report.json format)."""
+training reports in their run directories (written here in train's report.json format);
+and `gpupipe report RUN_DIR --open` on such a run."""
 import json
 import subprocess
 import sys
@@ -82,3 +83,22 @@ def test_pool_view_bad_input_is_one_line(tmp_path):
     (tmp_path / "empty-run").mkdir()
     out = gpupipe("report", str(tmp_path / "empty-run"))
     assert out.returncode == 2 and "holds no training report (train/report/report.json)" in out.stderr
+
+
+def test_report_of_a_run_dir_without_a_page_builds_it_and_open_hands_it_to_the_browser(tmp_path):
+    """An older run (no report.html): the page is built from the artifacts it has; --open
+    gives its file:// URL to the browser $BROWSER names (webbrowser's own convention)."""
+    import os
+
+    run = tmp_path / "runs" / "penguins-2026-12-01-09-00-00-000001"
+    write_run(tmp_path / "runs", run.name, train_report())
+    opened = tmp_path / "opened"
+    env = {**os.environ, "BROWSER": f"sh -c 'echo \"$0\" > {opened}' %s"}
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", str(run), "--open"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    page = run / "report.html"
+    assert out.stdout == f"{page}\n" and page.is_file()
+    assert opened.read_text().strip() == page.as_uri()
+    text = page.read_text(encoding="utf-8")
+    assert 'id="plot-loss"' in text and "The release gate did not run." in text

@@ -75,7 +75,7 @@ def _axis(title: str, **extra) -> dict:
 
 
 def _layout(title: str, x: str, y: str, **extra) -> dict:
-    return {"title": {"text": title}, "xaxis": _axis(x), "yaxis": _axis(y),
+    return {"title": {"text": title, "x": 0.02, "xanchor": "left"}, "xaxis": _axis(x), "yaxis": _axis(y),
             "margin": {"l": 60, "r": 20, "t": 50, "b": 50}, **extra}
 
 
@@ -85,15 +85,16 @@ def figures(record: RunRecord) -> Dict[str, dict]:
     history = (record.train or {}).get("history") or {}
     if history.get("loss"):
         epochs = list(range(1, len(history["loss"]) + 1))
+        epoch_axis = _axis("epoch", tick0=1, dtick=max(1, math.ceil(len(epochs) / 10)))  # whole epochs
         figs["plot-loss"] = {"data": [{"type": "scatter", "mode": "lines+markers", "name": "loss", "x": epochs,
                                        "y": history["loss"]}],
-                             "layout": _layout("Training loss per epoch", "epoch", "loss")}
+                             "layout": _layout("Training loss per epoch", "epoch", "loss", xaxis=epoch_axis)}
         others = [k for k in history if k != "loss" and history[k] and len(history[k]) == len(epochs)]
         if others:
             figs["plot-metrics"] = {
                 "data": [{"type": "scatter", "mode": "lines+markers", "name": k, "x": epochs, "y": history[k]}
                          for k in others],
-                "layout": _layout("Training metrics per epoch", "epoch", ", ".join(others))}
+                "layout": _layout("Training metrics per epoch", "epoch", ", ".join(others), xaxis=epoch_axis)}
     ev = record.evaluation or {}
     if ev.get("classes") and ev.get("confusion_matrix"):
         classes = ev["classes"]
@@ -123,8 +124,8 @@ def figures(record: RunRecord) -> Dict[str, dict]:
         features = [d["feature"] for d in record.drift]
         figs["plot-drift"] = {
             "data": [{"type": "bar", "name": "measured", "x": features, "y": [d["value"] for d in record.drift],
-                      "text": [d["measure"] for d in record.drift],
-                      "hovertemplate": "%{x}: %{text} %{y:.4f}<extra></extra>"},
+                      "customdata": [d["measure"] for d in record.drift],
+                      "hovertemplate": "%{x}: %{customdata} %{y:.4f}<extra></extra>"},
                      {"type": "scatter", "mode": "markers", "name": "threshold", "x": features,
                       "y": [d["threshold"] for d in record.drift], "marker": {"symbol": "line-ew-open", "size": 24,
                                                                               "color": "#d62728"}}],
