@@ -237,7 +237,9 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
 
             raise GpupipeError(f"training: the checkpoint in {self.home} cannot be restored ({reason}); it was "
                                "removed, so the next retry of this task trains from step 0") from None
-        if int(self.model.optimizer.iterations.numpy()):
+        from components.train.accumulation import batches_done
+
+        if batches_done(self.model.optimizer):
             self.count("resumes")
 
     def _backup(self, epoch, batch=0):
@@ -268,11 +270,15 @@ class ResumeLog(tf_keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.resumed_from = 0
+        self.resumed_from = 0  # optimizer steps
+        self.resumed_batches = 0  # training steps (more with gradient accumulation)
 
     def on_train_begin(self, logs=None):
+        from components.train.accumulation import batches_done
+
         self.resumed_from = int(self.model.optimizer.iterations.numpy())
-        if self.resumed_from:
+        self.resumed_batches = batches_done(self.model.optimizer)
+        if self.resumed_batches:
             print(f"resumed from step {self.resumed_from} (checkpoint in the backup directory)", flush=True)
         else:
             print("starting from step 0 (no checkpoint found)", flush=True)

@@ -72,8 +72,9 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     model_dir = tmp_path / "model"
     scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
     scratch.mkdir()
+    # With gradient accumulation (k=2): each worker accumulates, the all-reduce runs when applying.
     procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, epochs=2,
-                          batch_size=16,
+                          batch_size=16, gradient_accumulation_steps=2,
                           cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:] + outputs[0][-3000:]
@@ -81,6 +82,7 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     chief = report(tmp_path / "report-0")
     assert chief["strategy"] == "MultiWorkerMirroredStrategy" and chief["workers"] == 2 and chief["replicas"] == 2
     assert chief["global_batch_size"] == 32 and chief["input_cache"] == "disk"
+    assert chief["effective_batch_size"] == 64 and chief["optimizer_steps"] == chief["steps_per_epoch"]  # 2 epochs / 2
     assert [o.count("input: parsed batches written to local scratch") for o in outputs] == [1, 1]
     assert not list(scratch.iterdir()), "a worker's disk cache outlived training"
     assert not (tmp_path / "report-1").exists()  # the second worker wrote no report
