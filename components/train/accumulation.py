@@ -21,8 +21,11 @@ applied update) the way tf_keras' own LossScaleOptimizer wraps one:
   wrapped optimizer's checkpoint format plus them (it delegates its tracking, as
   LossScaleOptimizer does), so a SavedModel holding the model's optimizer loads as before.
 
-Accumulated gradients are dense: a sparse (embedding) gradient is added into a dense
-accumulator, so adagrad/ftrl no longer update only the rows a batch touched."""
+An embedding's sparse gradient is added into its accumulator row by row (the rows the batch
+touched), but the mean applied every k steps is dense: adagrad/ftrl then update every row
+once per k steps, where without accumulation they update only the touched rows each step;
+Adam, whose update touches every row anyway, runs it k times less often
+(bench/accumulation.py, docs/benchmarks.md)."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -143,8 +146,13 @@ class GradientAccumulation(tf.__internal__.tracking.DelegatingTrackableMixin, tf
         for grad, var in grads_and_vars:
             accumulator = self._accumulator(var)
             if isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
-            accumulator.assign_add(tf.cast(grad, accumulator.dtype), read_value=False)
+                # An embedding's gradient: add the rows it touched only, into this replica's
+                # copy (sync-on-read variables have no scatter_add; their handle in a replica
+                # context is the replica's own).
+                tf.raw_ops.ResourceScatterAdd(resource=accumulator.handle, indices=grad.indices,
+                                              updates=tf.cast(grad.values, accumulator.dtype))
+            else:
+                accumulator.assign_add(tf.cast(grad, accumulator.dtype), read_value=False)
         variables = _Unwrapped([v for _, v in grads_and_vars])
 
         def apply_mean(variables):
