@@ -243,8 +243,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "resumed_from_step": resume.resumed_from,
             "preemptions": backup.history["preemptions"] if backup else 0,
             "resumes": backup.history["resumes"] if backup else 0,
-            # Training steps done again after interruptions: per interruption, the step the
-            # interrupted run reached and the checkpoint this one resumed from.
+            # Training steps (batches) done again after interruptions: per interruption, the
+            # step the interrupted run reached and the checkpoint's step this one resumed from.
             "steps_lost": backup.history["steps_lost"] if backup else 0,
             "interruptions": backup.history["interruptions"] if backup else [],
             "first_epoch_seconds": round(first_epoch, 3) if first_epoch is not None else None,

@@ -263,7 +263,8 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
     def _count_steps_lost(self, restored: int) -> None:
         """The steps the interrupted run did after its last checkpoint, which this run does
         again: its progress record minus the restored step (0 after a SIGTERM, which
-        checkpoints where it stops). Training steps = batches."""
+        checkpoints where it stops). In training steps (batches: k of them per optimizer
+        step with gradient accumulation, which the report's resumed_from_step counts)."""
         path = os.path.join(self.backup_dir, self.PROGRESS)
         try:
             with open(path, encoding="ascii") as f:
@@ -276,7 +277,7 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
         noticed = sum(1 for i in self.history["interruptions"] if i["preempted"])
         self.history["interruptions"].append({
             "preempted": self.history["preemptions"] > noticed,  # SIGTERM (with notice), else killed
-            "reached_step": max(reached, restored), "resumed_from_step": restored, "steps_lost": lost})
+            "reached_step": max(reached, restored), "checkpoint_step": restored, "steps_lost": lost})
         self.history["steps_lost"] += lost
         self._write_history()
 

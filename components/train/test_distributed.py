@@ -132,7 +132,7 @@ def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_
     lost = reached - resumed["resumed_from_step"]
     assert 0 <= lost <= LONG["checkpoint_steps"] and resumed["steps_lost"] == lost
     assert resumed["interruptions"] == [{"preempted": False, "reached_step": reached,
-                                         "resumed_from_step": resumed["resumed_from_step"], "steps_lost": lost}]
+                                         "checkpoint_step": resumed["resumed_from_step"], "steps_lost": lost}]
     assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
     assert resumed["optimizer_steps"] == uninterrupted["optimizer_steps"] == 120 * 9
     assert (tmp_path / "model" / "saved_model.pb").is_file()
@@ -178,7 +178,7 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         # checkpointed at the step it stopped, so no step is done twice.
         assert (resumed["preemptions"], resumed["resumes"], resumed["steps_lost"]) == (1, 1, 0)
         assert resumed["interruptions"] == [{"preempted": True, "reached_step": resumed["resumed_from_step"],
-                                             "resumed_from_step": resumed["resumed_from_step"], "steps_lost": 0}]
+                                             "checkpoint_step": resumed["resumed_from_step"], "steps_lost": 0}]
         assert not [b.name for b in gcs_client().list_blobs(bucket)], "the backup outlived the whole model"
 
 
