@@ -121,13 +121,16 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     task's loss and metric."""
     import tf_keras
 
+    from components.train.accumulation import accumulate
     from components.train.model import build_model, load_custom_builder
 
+    k = settings.gradient_accumulation_steps
     with strategy.scope():
         builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
         model = builder(specs, settings)
+        # The schedule counts optimizer steps: one per k training steps with accumulation.
         learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
-                                               settings.epochs * steps_per_epoch)
+                                               settings.epochs * steps_per_epoch // k)
         if settings.task == "regression":
             loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
         else:
@@ -135,6 +138,7 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
             metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
                       jit_compile=settings.xla)
+        accumulate(model, k)
         build_optimizer_slots(model.optimizer, model.trainable_variables)
     return model
 
@@ -162,6 +166,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     import tf_keras
 
     from components.contracts.statistics import load_statistics
+    from components.train.accumulation import batches_done
     from components.train.model import make_dataset
     from components.train.runtime import (Backup, GpuSampler, PreemptionGuard, Progress, ResumeLog, StepTimer,
                                           choose_strategy, compute_capability, graph_code_without_autograph,
@@ -180,7 +185,9 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     global_batch = s.batch_size * replicas
     learning_rate = s.learning_rate * (replicas if s.scale_learning_rate else 1)
     train_rows = int(train_stats.num_examples)
-    steps_per_epoch = max(1, math.ceil(train_rows / global_batch))
+    k = s.gradient_accumulation_steps
+    # With accumulation an epoch is whole k-step windows (each applies one update).
+    steps_per_epoch = k * max(1, math.ceil(train_rows / (global_batch * k)))
     scratch = scratch_directory(s.scratch_dir or "")
     estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
     cache = choose_input_cache(estimated, s.cache_budget_mb, s.disk_cache_budget_mb, scratch)
@@ -200,7 +207,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             backup = Backup(backup_dir, scratch, s.checkpoint_steps, chief)
             guard = PreemptionGuard(backup, strategy)
             callbacks += [backup, guard]
-        callbacks += [resume, timer, Progress(s.epochs, steps_per_epoch, global_batch)]
+        callbacks += [resume, timer, Progress(s.epochs, steps_per_epoch // k, global_batch * k)]
         if s.early_stopping:
             stop = s.early_stopping
             callbacks.append(tf_keras.callbacks.EarlyStopping(
@@ -231,7 +238,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             backup.discard()  # the model is whole; a later retry need not resume
 
         optimizer_steps = int(model.optimizer.iterations.numpy())
-        steps_run = optimizer_steps - resume.resumed_from
+        steps_run = batches_done(model.optimizer) - resume.resumed_batches
         p50, p95 = timer.percentiles()
         first_epoch, steady_epoch = timer.first_and_steady_epoch()
         workers = cluster_workers(tf_config)
@@ -250,6 +257,10 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "resumed_from_step": resume.resumed_from,
             "preemptions": backup.history["preemptions"] if backup else 0,
             "resumes": backup.history["resumes"] if backup else 0,
+            # Training steps (batches) done again after interruptions: per interruption, the
+            # step the interrupted run reached and the checkpoint's step this one resumed from.
+            "steps_lost": backup.history["steps_lost"] if backup else 0,
+            "interruptions": backup.history["interruptions"] if backup else [],
             "first_epoch_seconds": round(first_epoch, 3) if first_epoch is not None else None,
             "steady_epoch_seconds": round(steady_epoch, 3) if steady_epoch is not None else None,
             "step_seconds_p50": p50,
@@ -261,6 +272,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "workers": workers,
             "strategy": strategy_name(strategy),
             "global_batch_size": global_batch,
+            "gradient_accumulation_steps": k,
+            "effective_batch_size": global_batch * k,
             "learning_rate": learning_rate,
             "optimizer": s.optimizer,
             "precision_policy": policy,

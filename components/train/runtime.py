@@ -215,6 +215,11 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
 
     INDEX = "checkpoint"
     HISTORY = "gpupipe-preemptions.json"  # beside the checkpoints: preemptions and resumes so far
+    # Beside them too: the last training step this run reached, rewritten in place every step
+    # (a 21-byte pwrite; it outlives a killed process) and, with a remote home, mirrored
+    # there at most every PROGRESS_UPLOAD_SECONDS and with every checkpoint.
+    PROGRESS = "gpupipe-progress"
+    PROGRESS_UPLOAD_SECONDS = 10.0
 
     def __init__(self, home: str, scratch: str, save_freq: int, chief: bool):
         from components.contracts.storage import download_prefix, is_gcs
@@ -227,15 +232,21 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
             print(f"backup: {home} ({fetched} file(s) fetched) mirrored in {local}", flush=True)
         super().__init__(local, save_freq=save_freq, delete_checkpoint=False)
         path = os.path.join(local, self.HISTORY)
-        self.history = {"preemptions": 0, "resumes": 0}
+        self.history = {"preemptions": 0, "resumes": 0, "steps_lost": 0, "interruptions": []}
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 self.history.update(json.load(f))
+        self._step = 0
+        self._progress = None  # the open progress file (the chief's)
+        self._progress_uploaded = 0.0
 
     def count(self, event: str) -> None:
         """Adds a preemption or a resume to the history kept with the checkpoints (written
         by the chief; it travels with the next backup)."""
         self.history[event] += 1
+        self._write_history()
+
+    def _write_history(self) -> None:
         if self.chief:
             os.makedirs(self.backup_dir, exist_ok=True)
             with open(os.path.join(self.backup_dir, self.HISTORY), "w", encoding="utf-8") as f:
@@ -253,8 +264,66 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
 
             raise GpupipeError(f"training: the checkpoint in {self.home} cannot be restored ({reason}); it was "
                                "removed, so the next retry of this task trains from step 0") from None
-        if int(self.model.optimizer.iterations.numpy()):
+        from components.train.accumulation import batches_done
+
+        self._step = batches_done(self.model.optimizer)
+        self._count_steps_lost(self._step)
+        if self._step:
             self.count("resumes")
+        if self.chief:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            self._progress = os.open(os.path.join(self.backup_dir, self.PROGRESS), os.O_RDWR | os.O_CREAT, 0o644)
+            self._write_progress()
+            self._progress_uploaded = time.monotonic()
+
+    def _count_steps_lost(self, restored: int) -> None:
+        """The steps the interrupted run did after its last checkpoint, which this run does
+        again: its progress record minus the restored step (0 after a SIGTERM, which
+        checkpoints where it stops). In training steps (batches: k of them per optimizer
+        step with gradient accumulation, which the report's resumed_from_step counts)."""
+        path = os.path.join(self.backup_dir, self.PROGRESS)
+        try:
+            with open(path, encoding="ascii") as f:
+                reached = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            reached = 0
+        if not restored and not reached:
+            return  # a first run
+        lost = max(0, reached - restored)
+        noticed = sum(1 for i in self.history["interruptions"] if i["preempted"])
+        self.history["interruptions"].append({
+            "preempted": self.history["preemptions"] > noticed,  # SIGTERM (with notice), else killed
+            "reached_step": max(reached, restored), "checkpoint_step": restored, "steps_lost": lost})
+        self.history["steps_lost"] += lost
+        self._write_history()
+
+    def _write_progress(self) -> None:
+        os.pwrite(self._progress, f"{self._step:>20}\n".encode("ascii"), 0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self._progress is not None:
+            self._write_progress()
+            if self.remote and time.monotonic() - self._progress_uploaded >= self.PROGRESS_UPLOAD_SECONDS:
+                self._upload_progress()
+        super().on_train_batch_end(batch, logs)  # may back up
+
+    def _upload_progress(self) -> None:
+        from components.contracts.storage import gcs_client, split_gcs
+
+        bucket, prefix = split_gcs(self.home.rstrip("/") + "/")
+        gcs_client().bucket(bucket).blob(prefix + self.PROGRESS).upload_from_filename(
+            os.path.join(self.backup_dir, self.PROGRESS))
+        self._progress_uploaded = time.monotonic()
+
+    def on_train_end(self, logs=None):
+        self._close_progress()
+        super().on_train_end(logs)
+
+    def _close_progress(self) -> None:
+        if self._progress is not None:
+            os.close(self._progress)
+            self._progress = None
 
     def _backup(self, epoch, batch=0):
         super()._backup(epoch=epoch, batch=batch)
@@ -262,6 +331,7 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
             from components.contracts.storage import upload_tree
 
             upload_tree(self.backup_dir, self.home, last=self.INDEX)
+            self._progress_uploaded = time.monotonic()
 
     def discard(self) -> None:
         """Removes the backup (the model is whole, or the backup unreadable): a later
@@ -275,6 +345,7 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
 
     def close(self) -> None:
         """Removes the local mirror (never the backup itself)."""
+        self._close_progress()
         if self.remote:
             shutil.rmtree(self.backup_dir, ignore_errors=True)
 
@@ -284,11 +355,15 @@ class ResumeLog(tf_keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.resumed_from = 0
+        self.resumed_from = 0  # optimizer steps
+        self.resumed_batches = 0  # training steps (more with gradient accumulation)
 
     def on_train_begin(self, logs=None):
+        from components.train.accumulation import batches_done
+
         self.resumed_from = int(self.model.optimizer.iterations.numpy())
-        if self.resumed_from:
+        self.resumed_batches = batches_done(self.model.optimizer)
+        if self.resumed_batches:
             print(f"resumed from step {self.resumed_from} (checkpoint in the backup directory)", flush=True)
         else:
             print("starting from step 0 (no checkpoint found)", flush=True)

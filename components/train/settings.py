@@ -54,6 +54,10 @@ class TrainSettings(Strict):
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1, description="per-replica batch size; global = this x replicas")
     learning_rate: float = Field(1e-3, gt=0)
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, description="k > 1: the optimizer applies the mean gradient of k consecutive batches once, an "
+                             "effective batch of k x the global batch (epochs are rounded up to whole k-step "
+                             "windows; lr_schedule steps and optimizer_steps count applied updates)")
     optimizer: Literal["adam", "adagrad", "ftrl", "sgd"] = Field(
         "adam", description="adagrad/ftrl update only the embedding rows a batch touches; Adam's moments make "
                             "every step touch every row (measured 3.3x slower on the click-through model)")

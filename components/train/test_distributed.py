@@ -72,8 +72,9 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     model_dir = tmp_path / "model"
     scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
     scratch.mkdir()
+    # With gradient accumulation (k=2): each worker accumulates, the all-reduce runs when applying.
     procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, epochs=2,
-                          batch_size=16,
+                          batch_size=16, gradient_accumulation_steps=2,
                           cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[1][-3000:] + outputs[0][-3000:]
@@ -81,6 +82,7 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     chief = report(tmp_path / "report-0")
     assert chief["strategy"] == "MultiWorkerMirroredStrategy" and chief["workers"] == 2 and chief["replicas"] == 2
     assert chief["global_batch_size"] == 32 and chief["input_cache"] == "disk"
+    assert chief["effective_batch_size"] == 64 and chief["optimizer_steps"] == chief["steps_per_epoch"]  # 2 epochs / 2
     assert [o.count("input: parsed batches written to local scratch") for o in outputs] == [1, 1]
     assert not list(scratch.iterdir()), "a worker's disk cache outlived training"
     assert not (tmp_path / "report-1").exists()  # the second worker wrote no report
@@ -118,12 +120,19 @@ def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
     assert not (tmp_path / "model" / "saved_model.pb").exists()
+    # The last step the killed process reached, as it left it beside its checkpoints.
+    reached = int((tmp_path / "backup" / "gpupipe-progress").read_text())
 
     rerun = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     resumed = report(tmp_path / "report")
     assert resumed["resumed_from_step"] > 0
     assert (resumed["preemptions"], resumed["resumes"]) == (0, 1)  # SIGKILL: no notice, so no preemption counted
+    # The steps after the last checkpoint are done again: at most one checkpoint interval.
+    lost = reached - resumed["resumed_from_step"]
+    assert 0 <= lost <= LONG["checkpoint_steps"] and resumed["steps_lost"] == lost
+    assert resumed["interruptions"] == [{"preempted": False, "reached_step": reached,
+                                         "checkpoint_step": resumed["resumed_from_step"], "steps_lost": lost}]
     assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
     assert resumed["optimizer_steps"] == uninterrupted["optimizer_steps"] == 120 * 9
     assert (tmp_path / "model" / "saved_model.pb").is_file()
@@ -165,8 +174,11 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         resumed = report(tmp_path / "report")
         assert resumed["resumed_from_step"] > 0 and resumed["optimizer_steps"] == 120 * 9
         assert f"resumed from step {resumed['resumed_from_step']}" in rerun.stdout
-        # The preemption travelled with the checkpoint to the pod that resumed.
-        assert (resumed["preemptions"], resumed["resumes"]) == (1, 1)
+        # The preemption travelled with the checkpoint to the pod that resumed; SIGTERM
+        # checkpointed at the step it stopped, so no step is done twice.
+        assert (resumed["preemptions"], resumed["resumes"], resumed["steps_lost"]) == (1, 1, 0)
+        assert resumed["interruptions"] == [{"preempted": True, "reached_step": resumed["resumed_from_step"],
+                                             "checkpoint_step": resumed["resumed_from_step"], "steps_lost": 0}]
         assert not [b.name for b in gcs_client().list_blobs(bucket)], "the backup outlived the whole model"
 
 
@@ -189,4 +201,7 @@ def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, pengu
     assert resumed["resumed_from_step"] > 0 and resumed["workers"] == 2
     assert all(f"resumed from step {resumed['resumed_from_step']}" in out for out in outputs)
     assert resumed["optimizer_steps"] == 60 * resumed["steps_per_epoch"]
+    # Both checkpointed at the all-reduce that told the chief: no step is done twice.
+    assert (resumed["preemptions"], resumed["steps_lost"]) == (1, 0)
+    assert [i["preempted"] for i in resumed["interruptions"]] == [True]
     assert (tmp_path / "model" / "saved_model.pb").is_file()
