@@ -2,7 +2,7 @@
 manage served versions, print manifests, use KFP.
 
 Every error a user can cause ends in one line naming the input and the fix, and a
-non-zero exit code; no traceback.
+exit code 1 (2 only for a malformed command line, from argparse); no traceback.
 """
 from __future__ import annotations
 
@@ -545,9 +545,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     _experiment_default(args)
     try:
         return args.func(args)
-    except GpupipeError as err:
+    except GpupipeError as err:  # bad input or a failed run: exit 1 (a malformed command line: argparse's 2)
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

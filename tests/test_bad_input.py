@@ -1,6 +1,6 @@
 """Real-world input that used to end in a traceback, a misleading message or a silently
 wrong model: each now ends in one line naming the input and the fix (config errors before
-anything runs, exit 2; data errors in the failing step, exit 1), no traceback on the
+anything runs, data errors in the failing step: exit 1 either way), no traceback on the
 terminal, and no serving version. And the spellings a real CSV has that are fine."""
 import csv
 import os
@@ -46,7 +46,7 @@ def penguins(**edits) -> dict:
 def config_error(tmp_path, config: dict) -> str:
     out = gpupipe_run(tmp_path, config)
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert out.returncode == 1 and len(lines) == 1, out.stderr
     return lines[0]
 
 
@@ -89,7 +89,7 @@ def test_a_config_that_is_not_utf8(tmp_path):
     path.write_bytes((ROOT / "configs" / "penguins.yaml").read_bytes().replace(b"Palmer", b"P\xe4lmer"))
     out = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", str(path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, env=user_env())
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         f"error: {path}: not UTF-8 (byte {(ROOT / 'configs' / 'penguins.yaml').read_bytes().index(b'Palmer') + 1}); "
         "save the config as UTF-8"]
 

@@ -27,14 +27,14 @@ def config_with(tmp_path, edit) -> str:
 def test_misspelt_key(tmp_path, command):
     bad = config_with(tmp_path, lambda c: c["training"].update(epocs=3))
     out = gpupipe(command, bad, "--output-dir" if command == "compile" else "--runs-dir", str(tmp_path / "o"))
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [f"error: {bad}: training.epocs: unknown key "
                                                "(check its spelling; pipelines/config.py lists the options)"]
 
 
 def one_line_error(out) -> str:
-    """A user error: exit code 2 and exactly one line on stderr, no traceback."""
-    assert out.returncode == 2
+    """A user error: exit code 1 and exactly one line on stderr, no traceback."""
+    assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
     return lines[0]
@@ -76,7 +76,7 @@ def test_manifest_is_a_kserve_tensorflow_inference_service():
 
 def test_manifest_refuses_a_local_serving_base():
     out = gpupipe("manifest", "configs/penguins.yaml")
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert out.stderr.strip().startswith("error: serving.base: 'serving' is a local path")
 
 
@@ -96,7 +96,7 @@ def test_rollback_command_moves_stable(tmp_path):
     assert "penguins: stable moved from version 3 to version 2" in out.stdout
     assert served.current_labels(store) == {"stable": 2}
     out = gpupipe("rollback", "configs/penguins.yaml", "--serving-base", str(tmp_path / "serving"), "--to", "9")
-    assert out.returncode == 2 and "rollback --to 9: no such version of penguins (versions: 1, 2, 3)" in out.stderr
+    assert out.returncode == 1 and "rollback --to 9: no such version of penguins (versions: 1, 2, 3)" in out.stderr
 
 
 def test_schema_command_writes_the_inferred_schema_for_review(tmp_path):
@@ -183,7 +183,7 @@ def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
     assert main(["abort", CONFIG, "--serving-base", base]) == 0
     assert capsys.readouterr().out.strip() == ("penguins: canary version 4 aborted (marked failed, label and files "
                                                "removed); stable stays version 3")
-    assert main(["abort", CONFIG, "--serving-base", base]) == 2
+    assert main(["abort", CONFIG, "--serving-base", base]) == 1
     assert capsys.readouterr().err.startswith("error: abort: penguins has no canary version under ")
 
 

@@ -32,7 +32,9 @@ def pod_labels(docs, executor: str) -> dict:
 def test_a_single_worker_run_queues_the_train_pod_and_nothing_else(penguins_config):
     docs = list(yaml.safe_load_all(compile_to_text(with_cluster(penguins_config))))
     assert pod_labels(docs, "exec-train") == QUEUED
-    for other in ("exec-fingerprint", "exec-ingest", "exec-validate", "exec-evaluate", "exec-push"):
+    others = sorted(set(docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]) - {"exec-train"})
+    assert others == ["exec-evaluate", "exec-fingerprint", "exec-ingest", "exec-push", "exec-report", "exec-validate"]
+    for other in others:
         assert not set(QUEUED) & set(pod_labels(docs, other)), other
 
 

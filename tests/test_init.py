@@ -43,7 +43,7 @@ def write_rows(path: Path, header, rows) -> Path:
 def test_a_label_no_model_can_learn_is_refused_in_one_line(tmp_path, capsys, labels, expected):
     data = write_rows(tmp_path / "t.csv", ["x", "y"], [[i, v] for i, v in enumerate(labels)])
     code, out, err = init(capsys, data, "--label", "y", "-o", tmp_path / "c.yaml")
-    assert code == 2 and err == [f"error: {data}: {expected}"] and out == []
+    assert code == 1 and err == [f"error: {data}: {expected}"] and out == []
     assert not (tmp_path / "c.yaml").exists()
 
 
@@ -51,7 +51,7 @@ def test_a_label_no_model_can_learn_is_refused_in_one_line(tmp_path, capsys, lab
 def test_a_label_that_is_not_a_column_names_the_columns(tmp_path, capsys):
     data = write_rows(tmp_path / "t.csv", ["x", "y"], [[1, "a"], [2, "b"]])
     code, _, err = init(capsys, data, "--label", "target", "-o", tmp_path / "c.yaml")
-    assert code == 2 and err == [f"error: {data}: no column 'target' (columns: x, y): pass --label one of them"]
+    assert code == 1 and err == [f"error: {data}: no column 'target' (columns: x, y): pass --label one of them"]
 
 
 @pytest.mark.unit
@@ -77,7 +77,7 @@ def test_an_existing_config_is_never_overwritten(tmp_path, capsys):
     target = tmp_path / "c.yaml"
     target.write_text("mine\n")
     code, _, err = init(capsys, PENGUINS, "--label", "species", "-o", target)
-    assert code == 2 and err == [f"error: {target}: exists, and init does not overwrite a config: pass -o a new "
+    assert code == 1 and err == [f"error: {target}: exists, and init does not overwrite a config: pass -o a new "
                                  "path, or remove it"]
     assert target.read_text() == "mine\n"
 

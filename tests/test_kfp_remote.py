@@ -119,9 +119,9 @@ def test_runs_shows_state_duration_and_the_version_each_run_pushed(kfp_api, tmp_
 
 def test_bad_cron_and_unreachable_host_are_one_line():
     out = gpupipe("schedule", "configs/penguins.yaml", "--host", "http://127.0.0.1:9", "--cron", "every day")
-    assert out.returncode == 2 and out.stderr.strip().startswith("error: --cron 'every day': not a cron expression")
+    assert out.returncode == 1 and out.stderr.strip().startswith("error: --cron 'every day': not a cron expression")
     out = gpupipe("submit", "configs/penguins.yaml", "--host", "http://127.0.0.1:9")
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
     assert "error: --host http://127.0.0.1:9: cannot reach the KFP API" in out.stderr
 
 
@@ -154,7 +154,7 @@ def test_submit_watch_of_a_failed_run_exits_1_naming_the_task(kfp_api):
 ])
 def test_a_bad_run_parameter_is_one_line_before_anything_is_uploaded(kfp_api, param, message):
     out = gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url, "--param", param)
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [message]
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [message]
     assert not kfp_api.state.requests
 
 
@@ -163,7 +163,7 @@ def test_a_failed_schedule_create_keeps_the_old_schedule(kfp_api):
     (old,) = kfp_api.state.recurring_runs
     kfp_api.state.fail_next_recurring_create = True
     out = gpupipe("schedule", "configs/penguins.yaml", "--host", kfp_api.url, "--cron", "30 4 * * 1")
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
     assert "KFP refused to create it" in out.stderr and "1 earlier schedule(s) left running" in out.stderr
     assert list(kfp_api.state.recurring_runs) == [old]  # still there, still on its old cron
     assert not [r for r in kfp_api.state.requests if r.method == "DELETE"]
@@ -178,13 +178,13 @@ def test_a_failed_schedule_create_keeps_the_old_schedule(kfp_api):
 ])
 def test_cron_fields_are_checked_against_their_ranges(cron, reason):
     out = gpupipe("schedule", "configs/penguins.yaml", "--host", "http://127.0.0.1:9", "--cron", cron)
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert out.stderr.strip() == f"error: --cron '{cron}': {reason}; e.g. '0 3 * * *' is 03:00 daily"
 
 
 def test_a_host_without_scheme_and_the_version():
     out = gpupipe("runs", "--host", "kubeflow.example.com/pipeline")
-    assert out.returncode == 2 and out.stderr.strip() == (
+    assert out.returncode == 1 and out.stderr.strip() == (
         "error: --host 'kubeflow.example.com/pipeline': give the KFP API's URL with its scheme, e.g. "
         "https://kubeflow.example.com/pipeline")
     version = gpupipe("--version")
@@ -300,14 +300,14 @@ def test_without_google_credentials_iap_auth_is_one_line(kfp_api, tmp_path):
     nowhere = {"GOOGLE_APPLICATION_CREDENTIALS": "", "GCE_METADATA_IP": "127.0.0.1:9",
                "GCE_METADATA_HOST": "127.0.0.1:9", "NO_GCE_CHECK": "False"}
     out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc", env_extra=nowhere)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: --iap-client-id 123-abc: no Google credentials that give an ID token (")
     assert "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file" in out.stderr
     with GoogleTokenFixture() as google:
         google.refuse = True
         out = gpupipe("runs", "--host", kfp_api.url, "--iap-client-id", "123-abc",
                       env_extra={"GOOGLE_APPLICATION_CREDENTIALS": str(google.key_file(tmp_path))})
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: --iap-client-id 123-abc: Google gave no ID token for this audience (")
     assert "invalid_grant" in out.stderr
     assert not kfp_api.state.requests  # nothing reached the KFP API without a token

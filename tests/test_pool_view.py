@@ -74,15 +74,15 @@ def test_pool_view_lists_the_configs_runs_newest_first_and_flags_input_bound_one
 
 def test_pool_view_bad_input_is_one_line(tmp_path):
     out = gpupipe("report", "configs/penguins.yaml", "--input-bound", "30")
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         "error: report --input-bound 30.0: give a fraction between 0 and 1, e.g. 0.3"]
     out = gpupipe("report", str(tmp_path / "nothing-here"))
-    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         f"error: report: {tmp_path / 'nothing-here'} is not a directory; give a run directory "
         "(runs/<pipeline>-<time>) or a config"]
     (tmp_path / "empty-run").mkdir()
     out = gpupipe("report", str(tmp_path / "empty-run"))
-    assert out.returncode == 2 and "holds no training report (train/report/report.json)" in out.stderr
+    assert out.returncode == 1 and "holds no training report (train/report/report.json)" in out.stderr
 
 
 def test_report_of_a_run_dir_without_a_page_builds_it_and_open_hands_it_to_the_browser(tmp_path):
