@@ -118,7 +118,8 @@ def test_live_progress_shows_on_a_non_tty(first_run):
 def test_second_run_compares_with_the_first_runs_version(first_run):
     """Run 1 pushed version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
     validates against version 1's statistics, scores version 1 as its baseline, fails the
-    change threshold and is not pushed."""
+    change threshold and is not pushed. Its model is built by a custom module
+    (training.custom_model), which the train task's own process imports."""
     import yaml
 
     from pipelines.config import parse_config
@@ -132,6 +133,7 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
 
     raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
     raw["training"]["learning_rate"] = 0.0003
+    raw["training"]["custom_model"] = "tests.custom_model_example:build"
     second = run_local(parse_config(raw), runs_dir=str(tmp_path / "runs-2"),
                        overrides={"serving_base": str(serving), "epochs": 1, "eval_threshold": 0.0})
     assert second.ok  # every step ran; the gate said no
@@ -149,6 +151,18 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     assert 'id="plot-drift"' in page and "Baseline: served version 1. No feature drifted past its threshold." in page
     push_summary = next(Path(second.run_dir).glob("push/summary")).read_text()  # the push task's UI output
     assert push_summary.startswith("# Not pushed") and "not pushed: not blessed: accuracy" in push_summary
+
+    # The custom module's model, as trained and exported by the train task.
+    report = json.loads((Path(second.run_dir) / "train" / "report" / "report.json").read_text())
+    assert report["model"] == "tests.custom_model_example:build"
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(Path(second.run_dir) / "train" / "model"))
+    assert any(v.name.startswith("custom_hidden") for v in loaded.model_variables)
+    out = loaded.signatures["serving_default"](
+        bill_length_mm=tf.constant([39.1]), bill_depth_mm=tf.constant([18.7]), flipper_length_mm=tf.constant([181.0]),
+        body_mass_g=tf.constant([3750.0]), island=tf.constant(["Torgersen"]), sex=tf.constant(["male"]))
+    assert out["probabilities"].shape == (1, 3)
 
 
 def test_bad_data_stops_the_run_before_training(tmp_path):
@@ -170,27 +184,3 @@ def test_bad_data_stops_the_run_before_training(tmp_path):
     assert len(summary.errors) == 1
     assert summary.errors[0].startswith("validate: data validation found") and "feature 'island'" in summary.errors[0]
     assert not os.path.exists(serving)
-
-
-def test_custom_model_module_trains_through_the_whole_pipeline(tmp_path):
-    import yaml
-
-    from pipelines.config import parse_config
-    from pipelines.local_run import run_local
-
-    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
-    raw["training"]["custom_model"] = "tests.custom_model_example:build"
-    summary = run_local(parse_config(raw), runs_dir=str(tmp_path / "runs"),
-                        overrides={"serving_base": str(tmp_path / "serving"), "epochs": 20})
-    assert summary.ok, summary.render()
-    report = json.loads((Path(summary.run_dir) / "train" / "report" / "report.json").read_text())
-    assert report["model"] == "tests.custom_model_example:build"
-    version = tmp_path / "serving" / "penguins" / "1"
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(str(version))
-    assert any(v.name.startswith("custom_hidden") for v in loaded.model_variables)
-    out = loaded.signatures["serving_default"](
-        bill_length_mm=tf.constant([39.1]), bill_depth_mm=tf.constant([18.7]), flipper_length_mm=tf.constant([181.0]),
-        body_mass_g=tf.constant([3750.0]), island=tf.constant(["Torgersen"]), sex=tf.constant(["male"]))
-    assert out["probabilities"].shape == (1, 3)
