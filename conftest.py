@@ -98,3 +98,14 @@ def ctr_config():
     from pipelines.config import load_config
 
     return load_config(ROOT / "configs" / "ctr.yaml")
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A SavedModel's file layout (not a loadable model): what the serving store copies and
+    checks (saved_model.pb, variables/)."""
+    d = tmp_path / "model"
+    (d / "variables").mkdir(parents=True)
+    (d / "saved_model.pb").write_bytes(b"pb")
+    (d / "variables" / "variables.index").write_bytes(b"idx")
+    return str(d)

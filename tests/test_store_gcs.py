@@ -14,15 +14,6 @@ from tests.fixtures.gcs import gcs_emulator
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "model"
-    (d / "variables").mkdir(parents=True)
-    (d / "saved_model.pb").write_bytes(b"pb")
-    (d / "variables" / "variables.index").write_bytes(b"idx")
-    return str(d)
-
-
 def test_the_storage_fixture_refuses_a_stale_generation_with_412(monkeypatch):
     import requests
     from google.api_core.exceptions import PreconditionFailed

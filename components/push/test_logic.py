@@ -21,15 +21,6 @@ from components.store.base import ServingStore
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "model"
-    (d / "variables").mkdir(parents=True)
-    (d / "saved_model.pb").write_bytes(b"pb")
-    (d / "variables" / "variables.index").write_bytes(b"idx")
-    return str(d)
-
-
 def labels(base, name="m"):
     return models_config.labels(ServingStore(base, name).read_models_config(), name)
 

@@ -23,15 +23,6 @@ WRITES = ("claim_version", "_write_small", "_copy_in", "remove_version")
 
 
 @pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "model"
-    (d / "variables").mkdir(parents=True)
-    (d / "saved_model.pb").write_bytes(b"pb")
-    (d / "variables" / "variables.index").write_bytes(b"idx")
-    return str(d)
-
-
-@pytest.fixture
 def smoke_passes(monkeypatch):
     monkeypatch.setattr(smoke, "smoke_test", lambda *args, **kwargs: 0.0)
 
