@@ -69,7 +69,7 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
         import pyarrow as pa
 
         from components.contracts.statistics import StatisticsAccumulator
-        from components.ingest.logic import as_list_batch, column_types, split_is_eval
+        from components.ingest.tables import as_list_batch, column_types, split_is_eval
         from components.sources import readers
 
         types = column_types(synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL)

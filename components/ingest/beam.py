@@ -3,11 +3,11 @@
 Flink, Spark, a portable runner.
 
 The job runs the in-process path's own code on each source file (components/sources
-readers, `logic.prepare_batch`: the same casts, missing values, inf check, hash split and
+readers, `tables.prepare_batch`: the same casts, missing values, inf check, hash split and
 tfx_bsl encoder), writes the same layout (`{train,eval}/part-NNNNN.tfrecord.gz`, gzip)
 with Beam's TFRecord sink, and computes the statistics in the same job with TFDV's
 `GenerateStatistics` on the same Arrow batches. The driver then applies the same checks
-on the whole table and writes the same manifest.json (`logic.finish_ingest`).
+on the whole table and writes the same manifest.json (`tables.finish_ingest`).
 
 Nothing half-written: the job writes into a staging location (`--temp_location` when
 given, else a directory beside the examples artifact); only when it succeeded and the
@@ -33,7 +33,7 @@ from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_gcs
-from components.ingest.logic import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
+from components.ingest.tables import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
 _LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}

@@ -1,0 +1,191 @@
+"""What both ingest engines do to the table (this step's in-process loop in logic.py and the
+Beam job in beam.py): the column types, the hash split, the per-batch preparation (rows
+without a label dropped, inf refused, safe column names, tf.Example encoding) and the
+checks on the whole table with the manifest written last."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from components.contracts import names
+from components.contracts.errors import GpupipeError
+from components.contracts.examples import ingest_statistics_path, manifest_path
+from components.contracts.settings import safe_name
+from components.contracts.statistics import write_statistics
+from components.sources import readers
+
+SHARD_ROWS = 200_000
+# gzip level 1, chosen on measurement (bench/data.py, docs/benchmarks.md): ingest ran 33%
+# faster than at the default level 6, for shards 1.5x larger. Ingest is gzip-bound.
+GZIP_LEVEL = 1
+# The hash key is fixed, so splits never depend on the process or the machine.
+_HASH_KEY = "gpupipe-split-v1"
+
+
+def column_types(label: str, numeric: List[str], categorical: List[str],
+                 numeric_label: bool = False) -> Dict[str, pa.DataType]:
+    """Declared kinds -> Arrow types: numeric float32, categorical string; the label is a
+    string (classification) or float32 (regression)."""
+    types = {label: pa.float32() if numeric_label else pa.string()}
+    types.update({name: pa.float32() for name in numeric})
+    types.update({name: pa.string() for name in categorical})
+    return types
+
+
+def split_is_eval(batch: pa.RecordBatch, eval_percent: int, key: Optional[str]) -> np.ndarray:
+    """A boolean per row: True for the eval split. Deterministic for the same values: a
+    fixed-key hash (pandas' SipHash) of the key column, or of every column, modulo 100.
+    (Not of the serialized tf.Example: protobuf does not fix the order of map entries.)"""
+    frame = batch.to_pandas()
+    if key:
+        frame = frame[[key]]
+    hashes = pd.util.hash_pandas_object(frame, index=False, hash_key=_HASH_KEY.ljust(16)[:16]).to_numpy()
+    return (hashes % np.uint64(100)) < np.uint64(eval_percent)
+
+
+def _as_list_column(array: pa.Array) -> pa.Array:
+    """Scalar column -> list column (what the tf.Example encoder and TFDV take); null ->
+    null list, which encodes as a feature with no values (missing)."""
+    valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
+    values = array.drop_null()
+    if pa.types.is_string(values.type):
+        values = values.cast(pa.binary())
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid))
+
+
+def as_list_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([_as_list_column(c) for c in batch.columns], batch.schema.names)
+
+
+def encode_examples(batch: pa.RecordBatch, lists: Optional[pa.RecordBatch] = None) -> List[bytes]:
+    """Encodes a record batch as serialized tf.train.Example with tfx_bsl's Arrow encoder."""
+    from tfx_bsl.coders import example_coder
+
+    return example_coder.RecordBatchToExamples(lists if lists is not None else as_list_batch(batch))
+
+
+def check_finite(batch: pa.RecordBatch, numeric: List[str], uri: str) -> None:
+    """inf and -inf are not measurements: they would turn the mean and the model into NaN."""
+    for name in numeric:
+        column = batch.column(batch.schema.get_field_index(name))
+        infinite = pc.sum(pc.is_inf(column)).as_py() or 0
+        if infinite:
+            raise GpupipeError(f"data: column '{name}' of {uri} holds inf or -inf ({infinite} in one batch of rows); "
+                               "replace them with numbers, or leave the cells empty (a missing value)")
+
+
+def check_not_empty(stats: Dict[str, object], features: List[str], numeric: List[str], source: str) -> None:
+    """A declared feature that is empty in every row teaches the model nothing (`stats`
+    name the features by their safe names)."""
+    for name in features:
+        present = 0
+        for split_stats in stats.values():
+            for feature in split_stats.datasets[0].features:
+                if feature.path.step and feature.path.step[0] == safe_name(name):
+                    common = feature.num_stats.common_stats if feature.HasField("num_stats") else \
+                        feature.string_stats.common_stats
+                    present += common.num_non_missing
+        if not present:
+            key = "data.numeric_features" if name in numeric else "data.categorical_features"
+            raise GpupipeError(f"{key}: column '{name}' is empty in every row of {source}; remove it from {key}")
+
+
+@dataclass
+class PreparedBatch:
+    """One read batch with a label in every row: its list columns (what TFDV takes), its
+    tf.Example records and, per row, whether it is in the eval split."""
+
+    lists: pa.RecordBatch
+    records: List[bytes]
+    is_eval: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.records)
+
+    def masks(self):
+        """(split, boolean row mask) for each split."""
+        return ((names.EVAL_SPLIT, self.is_eval), (names.TRAIN_SPLIT, ~self.is_eval))
+
+    def records_of(self, mask: np.ndarray) -> List[bytes]:
+        return [r for r, keep in zip(self.records, mask) if keep]
+
+
+def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, eval_percent: int,
+                  split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
+    """(rows dropped for a missing label, the rest prepared) for one batch as the reader
+    gave it: rows without a label dropped, inf refused, encoded and split. Both engines
+    (this module's loop and components/ingest/beam.py's DoFn) run every batch through it."""
+    has_label = pc.is_valid(batch.column(0))
+    dropped = batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
+    batch = batch.filter(has_label)
+    if batch.num_rows == 0:
+        return dropped, None
+    check_finite(batch, numeric_features, uri)
+    lists = as_list_batch(batch)
+    lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
+    return dropped, PreparedBatch(lists, encode_examples(batch, lists), split_is_eval(batch, eval_percent, split_key))
+
+
+def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFile], per_file: List[dict],
+                  rows: Dict[str, int], shards: Dict[str, int], dropped_no_label: int,
+                  stats: Optional[Dict[str, object]], stats_seconds: Optional[float], label: str,
+                  numeric_features: List[str], categorical_features: List[str], numeric_label: bool,
+                  split_key: Optional[str], eval_percent: int, compression_level: int,
+                  max_dropped_label_fraction: float, engine: Optional[dict] = None) -> dict:
+    """The checks on the whole table (rows without a label, empty features, empty splits),
+    then the statistics file and manifest.json (written last). Both engines end here."""
+    read = sum(rows.values()) + dropped_no_label
+    if read and dropped_no_label / read > max_dropped_label_fraction:
+        raise GpupipeError(
+            f"data.label: {dropped_no_label} of {read} rows of {source} ({dropped_no_label / read:.0%}) have no "
+            f"'{label}' (empty, or spelt like one of data.na_values); check data.label, or raise "
+            f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
+    if stats and sum(rows.values()):
+        check_not_empty(stats, [*numeric_features, *categorical_features], numeric_features, source)
+    if sum(rows.values()) == 0:
+        raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
+                           "with data")
+    for split, count in rows.items():
+        if count == 0:
+            raise GpupipeError(
+                f"data.split: the {split} split of {source} is empty ({sum(rows.values())} rows in all); "
+                "add rows or change data.split.eval_percent")
+    manifest = {
+        "source": source,
+        "format": files[0].format,
+        "files": per_file,
+        "source_bytes": sum(f.size for f in files),
+        "source_fingerprint": readers.fingerprint(files),
+        "rows": rows,
+        "shards": shards,
+        "rows_dropped_missing_label": dropped_no_label,
+        "split": {"rule": "hash", "key": split_key or "<whole row>", "eval_percent": eval_percent},
+        "label": safe_name(label),
+        "label_type": "numeric" if numeric_label else "categorical",
+        "features": {
+            **{safe_name(name): "numeric" for name in numeric_features},
+            **{safe_name(name): "categorical" for name in categorical_features},
+        },
+        "columns": {safe_name(c): c for c in [label, *numeric_features, *categorical_features]
+                    if safe_name(c) != c},
+        "compression": {"type": "GZIP", "level": compression_level},
+        "engine": engine or {"name": "local"},
+    }
+    if stats is not None:
+        stats_path = ingest_statistics_path(output_dir)
+        write_statistics(stats_path, stats)
+        manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir)}
+        if stats_seconds is not None:  # the time in TFDV (not timed apart inside a Beam job)
+            manifest["statistics"]["seconds"] = round(stats_seconds, 3)
+    with open(manifest_path(output_dir), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2)
+    return manifest
