@@ -135,11 +135,17 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_and_serving_base(args: argparse.Namespace):
+    """The config and its serving base (`--serving-base`, else serving.base): what rollback,
+    versions, promote and abort act on."""
+    config = load_config(args.config)
+    return config, args.serving_base or config.serving.base
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from components.store.served import preload, rollback, rollback_needs_loading
 
-    config = load_config(args.config)
-    base = args.serving_base or config.serving.base
+    config, base = _config_and_serving_base(args)
     name, endpoint = config.serving.model_name, args.endpoint or config.serving.endpoint
     unloaded = rollback_needs_loading(base, name, args.to)
     if unloaded is not None and endpoint:
@@ -166,8 +172,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
     from components.store.base import ServingStore
     from components.store.served import version_records
 
-    config = load_config(args.config)
-    base = args.serving_base or config.serving.base
+    config, base = _config_and_serving_base(args)
     records = version_records(ServingStore(base, config.serving.model_name))
     if not records:
         print(f"no versions of {config.serving.model_name} under {base}")
@@ -197,8 +202,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     from components.store.served import promote
 
-    config = load_config(args.config)
-    base = args.serving_base or config.serving.base
+    config, base = _config_and_serving_base(args)
     previous, now = promote(base, config.serving.model_name, config.serving.keep_versions)
     print(f"{config.serving.model_name}: canary version {now} is now stable (previous stable {previous}, kept for "
           f"rollback) ({base.rstrip('/')}/models.config)")
@@ -208,8 +212,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 def cmd_abort(args: argparse.Namespace) -> int:
     from components.store.served import abort, served_version_number
 
-    config = load_config(args.config)
-    base = args.serving_base or config.serving.base
+    config, base = _config_and_serving_base(args)
     version = abort(base, config.serving.model_name)
     print(f"{config.serving.model_name}: canary version {version} aborted (marked failed, label and files removed); "
           f"stable stays version {served_version_number(base, config.serving.model_name)}")
