@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, TextIO
 
 from components.contracts import names
 from components.contracts.errors import ERROR_FILE_ENV
-from components.contracts.storage import is_gcs
+from components.contracts.storage import is_remote
 from components.sources.readers import check_columns
 from components.sources.synthetic import is_synthetic
 from pipelines.config import PipelineConfig
@@ -177,9 +177,9 @@ class _ProgressTee(io.TextIOBase):
 
 
 def resolve_local_path(path: str) -> str:
-    """Relative local paths start at the working directory; gs:// URIs and synthetic
-    sources pass through."""
-    return path if is_gcs(path) or is_synthetic(path) else str(Path(path).expanduser().resolve())
+    """Relative local paths start at the working directory; object store URIs (gs://, s3://)
+    and synthetic sources pass through."""
+    return path if is_remote(path) or is_synthetic(path) else str(Path(path).expanduser().resolve())
 
 
 def preflight(config: PipelineConfig, params: dict) -> None:

@@ -1,7 +1,8 @@
 """The compiled pipeline as a cluster runs it: the YAML file `gpupipe compile` writes,
 loaded back and run under kfp.local from an empty working directory, with nothing typed
 in: its data source and serving base are the cluster defaults of the config, on GCS (the
-gcp-storage-emulator FIXTURE, a real GCS JSON API server on loopback)."""
+gcp-storage-emulator FIXTURE, a real GCS JSON API server on loopback) and on S3 (moto's
+server mode FIXTURE, the S3 REST protocol MinIO and Ceph speak, on loopback)."""
 import os
 import subprocess
 import sys
@@ -14,18 +15,22 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_pod_empty(tmp_path, monkeypatch):
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_pod_empty(tmp_path, monkeypatch,
+                                                                                          scheme):
     from kfp import components, local
     from kfp.local import pipeline_orchestrator
 
-    from components.contracts.storage import gcs_client
+    from components.contracts import storage
     from tests.fixtures.gcs import gcs_emulator
+    from tests.fixtures.s3 import s3_server
 
-    with gcs_emulator(monkeypatch) as bucket:
-        gcs_client().bucket(bucket).blob("data/penguins.csv").upload_from_filename(str(ROOT / "data" / "penguins.csv"))
+    with (gcs_emulator if scheme == "gs" else s3_server)(monkeypatch) as bucket:
+        root = f"{scheme}://{bucket}"
+        storage.upload_file(str(ROOT / "data" / "penguins.csv"), f"{root}/data/penguins.csv")
         raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
         raw["name"] = "penguins-cluster"
-        raw["cluster"].update(data_source=f"gs://{bucket}/data/penguins.csv", serving_base=f"gs://{bucket}/serving")
+        raw["cluster"].update(data_source=f"{root}/data/penguins.csv", serving_base=f"{root}/serving")
         del raw["pipeline_root"]  # kfp.local keeps artifacts on local disk; the test gives it a directory
         config = tmp_path / "penguins-cluster.yaml"
         config.write_text(yaml.safe_dump(raw))
@@ -41,7 +46,7 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         # The entry point kfp.local itself calls for a pipeline; a loaded YAML has no Python to call.
         pipeline_orchestrator.run_local_pipeline(pipeline_spec=pipeline.pipeline_spec, arguments={})
 
-        objects = sorted(b.name for b in gcs_client().list_blobs(bucket, prefix="serving/"))
+        objects = sorted(e.uri[len(root) + 1:] for e in storage.list_prefix(f"{root}/serving"))
         assert "serving/penguins/1/saved_model.pb" in objects and "serving/models.config" in objects
         assert any(name.startswith("serving/penguins/1/variables/") for name in objects)
         assert "serving/penguins/1/assets.extra/gpupipe/stats.pb" in objects
@@ -49,4 +54,4 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         pushed = next((tmp_path / "artifacts").glob("penguins-cluster-*/push/summary"))
         assert pushed.read_text().startswith("# Pushed version 1")
         page = next((tmp_path / "artifacts").glob("penguins-cluster-*/report/page")).read_text()  # the HTML artifact
-        assert "Pushed version 1: gs://" in page and 'id="plot-loss"' in page
+        assert f"Pushed version 1: {scheme}://" in page and 'id="plot-loss"' in page

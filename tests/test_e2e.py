@@ -1,4 +1,7 @@
-"""The whole pipeline through kfp.local (SubprocessRunner), as `gpupipe run` runs it."""
+"""The whole pipeline through kfp.local (SubprocessRunner), as `gpupipe run` runs it, with
+its data source and serving base on an S3 protocol server on loopback (tests/fixtures/s3.py,
+moto's server mode, a FIXTURE for MinIO / Ceph / AWS S3). The same run on the local disk is
+`./dev run` and tests/test_init.py; on GCS, tests/test_cluster_run.py."""
 import json
 import os
 import subprocess
@@ -14,24 +17,43 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    """`gpupipe run configs/penguins.yaml` as a user types it: one run, shared by the tests
-    that read its outputs and by the second run that builds on its served version."""
+def s3_bucket():
+    from tests.fixtures.s3 import s3_server
+
+    with pytest.MonkeyPatch.context() as monkeypatch, s3_server(monkeypatch) as bucket:
+        from components.contracts import storage
+
+        storage.upload_file(str(ROOT / "data" / "penguins.csv"), f"s3://{bucket}/data/penguins.csv")
+        yield bucket
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, s3_bucket):
+    """`gpupipe run configs/penguins.yaml` as a user types it, data and serving base on S3:
+    one run, shared by the tests that read its outputs and by the second run that builds on
+    its served version. `serving` is a local copy of the bucket's serving base after it."""
+    from components.contracts import storage
+
     tmp_path = tmp_path_factory.mktemp("first-run")
-    serving = tmp_path / "serving"
     out = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "run", "configs/penguins.yaml", "--runs-dir", str(tmp_path / "runs"),
-         "--serving-base", str(serving)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+         "--data-source", f"s3://{s3_bucket}/data/penguins.csv", "--serving-base", f"s3://{s3_bucket}/serving"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
+    storage.download_prefix(f"s3://{s3_bucket}/serving", str(tmp_path / "serving"))
     return tmp_path, out.stdout, out.stderr
 
 
-def test_penguins_end_to_end_pushes_a_servable_model(first_run):
+def test_penguins_end_to_end_pushes_a_servable_model(first_run, s3_bucket):
+    from components.store import models_config
+
     tmp_path, summary, _ = first_run
     serving = tmp_path / "serving"
     for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"):
         assert f"  {step:<11} SUCCESS" in summary
-    assert f"pushed version 1: {serving / 'penguins' / '1'}" in summary
+    assert f"pushed version 1: s3://{s3_bucket}/serving/penguins/1" in summary
+    (entry,) = models_config.parse((serving / "models.config").read_text()).model_config_list.config
+    assert entry.base_path == f"s3://{s3_bucket}/serving/penguins"  # what TF Serving's S3 filesystem reads
     assert "data drift: no baseline yet (nothing served)" in summary
 
     version = serving / "penguins" / "1"
@@ -115,13 +137,14 @@ def test_live_progress_shows_on_a_non_tty(first_run):
     assert lines.index(progress[-1]) < done
 
 
-def test_second_run_compares_with_the_first_runs_version(first_run):
+def test_second_run_compares_with_the_first_runs_version(first_run, s3_bucket):
     """Run 1 pushed version 1. Run 2 (one epoch at a tiny learning rate: a worse model)
     validates against version 1's statistics, scores version 1 as its baseline, fails the
     change threshold and is not pushed. Its model is built by a custom module
     (training.custom_model), which the train task's own process imports."""
     import yaml
 
+    from components.contracts import storage
     from pipelines.config import parse_config
     from pipelines.local_run import run_local
 
@@ -135,7 +158,8 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     raw["training"]["learning_rate"] = 0.0003
     raw["training"]["custom_model"] = "tests.custom_model_example:build"
     second = run_local(parse_config(raw), runs_dir=str(tmp_path / "runs-2"),
-                       overrides={"serving_base": str(serving), "epochs": 1, "eval_threshold": 0.0})
+                       overrides={"serving_base": f"s3://{s3_bucket}/serving", "epochs": 1, "eval_threshold": 0.0,
+                                  "data_source": f"s3://{s3_bucket}/data/penguins.csv"})
     assert second.ok  # every step ran; the gate said no
     assert second.validation["baseline"] == "served version 1" and second.validation["drift"] == []
     assert second.blessing["baseline_version"] == 1 and not second.blessing["blessed"]
@@ -145,7 +169,9 @@ def test_second_run_compares_with_the_first_runs_version(first_run):
     assert "data drift vs served version 1: no drift past thresholds" in text
     assert "baseline: served version 1, accuracy" in text
     assert "not pushed: not blessed: accuracy" in text
-    assert sorted(p.name for p in (serving / "penguins").iterdir() if p.name.isdigit()) == ["1"]  # no version 2
+    versions = {storage.relative(e, f"s3://{s3_bucket}/serving/penguins").split("/")[0]
+                for e in storage.list_prefix(f"s3://{s3_bucket}/serving/penguins")}
+    assert sorted(v for v in versions if v.isdigit()) == ["1"]  # no version 2
     page = Path(second.report).read_text(encoding="utf-8")  # the run report: the gate and the drift
     assert "not blessed: accuracy" in page and "Baseline: served version 1, accuracy" in page
     assert 'id="plot-drift"' in page and "Baseline: served version 1. No feature drifted past its threshold." in page

@@ -6,46 +6,38 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import List, Optional
 
-from components.contracts import names
+from components.contracts import names, storage
 from components.contracts.errors import GpupipeError
 
 
 def examples_pattern(examples_dir: str, split: str) -> str:
     """The glob of one split's shards inside an examples artifact."""
-    return os.path.join(examples_dir, split, "part-*.tfrecord.gz")
+    return storage.join(examples_dir, split, "part-*.tfrecord.gz")
 
 
 def shard_path(examples_dir: str, split: str, index: int) -> str:
-    return os.path.join(examples_dir, split, f"part-{index:05d}.tfrecord.gz")
+    return storage.join(examples_dir, split, f"part-{index:05d}.tfrecord.gz")
 
 
 def split_files(examples_dir: str, split: str, required: bool = True) -> List[str]:
-    """One split's shards (local or gs://), sorted; none is an error when `required`."""
-    import tensorflow as tf
-
-    files = sorted(tf.io.gfile.glob(examples_pattern(examples_dir, split)))
+    """One split's shards (local or on an object store), sorted; none is an error when `required`."""
+    files = [e.uri for e in storage.glob(examples_pattern(examples_dir, split))]
     if required and not files:
         raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
     return files
 
 
 def ingest_statistics_path(examples_dir: str) -> str:
-    return os.path.join(examples_dir, "statistics", names.STATS_FILE)
+    return storage.join(examples_dir, "statistics", names.STATS_FILE)
 
 
 def manifest_path(examples_dir: str) -> str:
-    return os.path.join(examples_dir, names.MANIFEST_FILE)
+    return storage.join(examples_dir, names.MANIFEST_FILE)
 
 
 def read_manifest(examples_dir: str) -> Optional[dict]:
     """The manifest ingest wrote, or None for examples from elsewhere."""
-    import tensorflow as tf
-
-    path = manifest_path(examples_dir)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    text = storage.read_text(manifest_path(examples_dir))
+    return None if text is None else json.loads(text)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
+
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-from components.contracts import names
+from components.contracts import names, storage
 from components.contracts.errors import GpupipeError
 from components.contracts.settings import safe_name
 
@@ -122,20 +122,14 @@ def specs_from_statistics(train_stats, label: str, numeric: List[str], categoric
 
 def write_feature_specs(specs: FeatureSpecs, model_dir: str) -> None:
     """Beside the exported model, in assets.extra/ (TF Serving ignores it there)."""
-    import tensorflow as tf
-
-    extra = os.path.join(model_dir, "assets.extra")
-    tf.io.gfile.makedirs(extra)
-    with tf.io.gfile.GFile(os.path.join(extra, names.FEATURE_SPECS_FILE), "w") as f:
-        f.write(json.dumps(specs.to_dict(), indent=2))
+    storage.write_text(storage.join(model_dir, "assets.extra", names.FEATURE_SPECS_FILE),
+                       json.dumps(specs.to_dict(), indent=2))
 
 
 def load_feature_specs(model_dir: str) -> FeatureSpecs:
     """The feature specs a trained model was built with."""
-    import tensorflow as tf
-
-    path = os.path.join(model_dir, "assets.extra", names.FEATURE_SPECS_FILE)
-    if not tf.io.gfile.exists(path):
+    path = storage.join(model_dir, "assets.extra", names.FEATURE_SPECS_FILE)
+    text = storage.read_text(path)
+    if text is None:
         raise GpupipeError(f"model: {path} not found; {model_dir} is not a gpupipe model, retrain it")
-    with tf.io.gfile.GFile(path) as f:
-        return FeatureSpecs.from_dict(json.loads(f.read()))
+    return FeatureSpecs.from_dict(json.loads(text))

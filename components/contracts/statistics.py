@@ -8,11 +8,10 @@ in-memory combiners and the accumulators are merged, so memory stays flat.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Dict
 
-from components.contracts import names
+from components.contracts import names, storage
 from components.contracts.errors import GpupipeError
 
 COMPACT_EVERY = 8  # batches between compactions of the accumulators
@@ -56,35 +55,31 @@ class StatisticsAccumulator:
 
 
 def read_statistics(path: str):
-    """A DatasetFeatureStatisticsList from a binary statistics file (local or gs://), or
-    None when there is no such file."""
-    import tensorflow as tf
+    """A DatasetFeatureStatisticsList from a binary statistics file (local or on an object
+    store), or None when there is no such file."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    if not tf.io.gfile.exists(path):
+    data = storage.read_bytes(path)
+    if data is None:
         return None
     merged = statistics_pb2.DatasetFeatureStatisticsList()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        merged.ParseFromString(f.read())
+    merged.ParseFromString(data)
     return merged
 
 
 def write_statistics(path: str, by_split: Dict[str, object]) -> None:
     """One binary file holding every split's statistics, one dataset per split."""
-    import tensorflow as tf
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     merged = statistics_pb2.DatasetFeatureStatisticsList()
     for stats in by_split.values():
         merged.datasets.extend(stats.datasets)
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    with tf.io.gfile.GFile(path, "wb") as f:
-        f.write(merged.SerializeToString())
+    storage.write_bytes(path, merged.SerializeToString())
 
 
 def load_statistics(statistics_dir: str, split: str):
     """One split's statistics (a DatasetFeatureStatistics) from a statistics artifact."""
-    path = os.path.join(statistics_dir, names.STATS_FILE)
+    path = storage.join(statistics_dir, names.STATS_FILE)
     merged = read_statistics(path)
     if merged is None:
         raise GpupipeError(f"statistics: {path} not found; run validate first")

@@ -34,7 +34,7 @@ def test_local_data_fingerprint_follows_the_files(tmp_path):
 
 
 def test_gcs_data_fingerprint_follows_object_generations(tmp_path, monkeypatch):
-    from components.contracts.storage import gcs_client
+    from components.contracts.storage.gcs import client as gcs_client
     from tests.fixtures.gcs import gcs_emulator
 
     with gcs_emulator(monkeypatch) as bucket:

@@ -32,7 +32,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
-from components.contracts.storage import is_gcs
+from components.contracts.storage import is_remote
 from components.ingest.tables import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
@@ -165,10 +165,10 @@ def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str
     """A remote runner's workers read the source themselves: a file on this task's disk is
     out of their reach."""
     runner = runner_of(pipeline_args)
-    local = [f.uri for f in files if f.format != "synthetic" and not is_gcs(f.uri)]
+    local = [f.uri for f in files if f.format != "synthetic" and not is_remote(f.uri)]
     if runner not in _LOCAL_RUNNERS and local:
         raise GpupipeError(f"data.source: {local[0]} is on this task's disk, which the workers of --runner={runner} "
-                           "cannot read; put the data on gs:// (or run on the DirectRunner)")
+                           "cannot read; put the data on gs:// or s3:// (or run on the DirectRunner)")
 
 
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:

@@ -129,7 +129,7 @@ def test_same_statistics_counts_exact_means_close(both):
 def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path, monkeypatch):
     """The source on gs:// (the gcs emulator), read by the job's workers; a bad row in the
     second file leaves nothing written."""
-    from components.contracts.storage import gcs_client
+    from components.contracts.storage.gcs import client as gcs_client
     from tests.fixtures.gcs import gcs_emulator
 
     local_source = write_source(tmp_path / "src", files=3, rows=200, bad=(1, 57))

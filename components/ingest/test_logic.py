@@ -173,7 +173,7 @@ def test_directory_source_reads_every_file_and_lists_them(tmp_path, make_csv):
 
 
 def test_source_from_gcs_prefix_through_the_emulator(tmp_path, monkeypatch):
-    from components.contracts.storage import gcs_client
+    from components.contracts.storage.gcs import client as gcs_client
     from tests.fixtures.gcs import gcs_emulator
 
     with gcs_emulator(monkeypatch) as bucket:

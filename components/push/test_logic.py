@@ -26,8 +26,8 @@ def labels(base, name="m"):
 
 
 def leftovers(base, name="m"):
-    """What the model's folder holds besides the state record, the claims and the release copies."""
-    return sorted(p for p in os.listdir(os.path.join(base, name)) if p not in ("versions.json", ".claims", "releases"))
+    """What the model's folder holds besides the state record (and its lock), the claims and the release copies."""
+    return sorted(p for p in os.listdir(os.path.join(base, name)) if p not in ("versions.json", ".gpupipe.lock", ".claims", "releases"))
 
 
 def test_versions_increase_and_are_whole(tmp_path, model_dir):

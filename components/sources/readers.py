@@ -1,6 +1,7 @@
 """Reading a data source as typed Arrow record batches, streamed.
 
-A source is a local file, directory or glob, a `gs://bucket/prefix` (or object, or glob),
+A source is a local file, directory or glob, a `gs://` or `s3://bucket/prefix` (or object, or glob;
+read through components/contracts/storage),
 or `synthetic:ctr?rows=N&seed=S`; formats are CSV (optionally .gz), Parquet and TFRecord
 of tf.train.Example (optionally gzip), chosen by `data.format` or the file extension.
 Every error a user can cause is a GpupipeError of one line naming the file, the column
@@ -9,8 +10,6 @@ and, where it applies, the line.
 from __future__ import annotations
 
 import csv
-import fnmatch
-import glob
 import hashlib
 import itertools
 import os
@@ -25,14 +24,14 @@ import pyarrow.compute as pc
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import gcs_client, is_gcs, open_for_reading, split_gcs
+from components.contracts import storage
+from components.contracts.storage import open_for_reading
 from components.sources import synthetic
 
 READ_BLOCK_BYTES = 4 << 20
 PARQUET_BATCH_ROWS = 65_536
 TFRECORD_BATCH_ROWS = 20_000
 FORMATS = ("csv", "parquet", "tfrecord")
-_GLOB_CHARS = re.compile(r"[*?\[]")
 NULLS = set(names.NA_VALUES)  # the default missing-value spellings, for explaining a bad row
 
 
@@ -60,11 +59,6 @@ def _hidden(name: str) -> bool:
     return os.path.basename(name).startswith((".", "_"))
 
 
-def _local(path: str) -> SourceFile:
-    st = os.stat(path)
-    return SourceFile(path, st.st_size, "", str(st.st_mtime_ns))
-
-
 def fingerprint(files: List[SourceFile]) -> str:
     """A digest of the files' names, sizes and stamps: it changes when the data does, so a
     cached ingest is reused only for the same data."""
@@ -77,34 +71,22 @@ def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
     if synthetic.is_synthetic(source):
         synthetic.parse_source(source)
         return [SourceFile(source, 0, "synthetic")]
-    if is_gcs(source):
-        bucket, name = split_gcs(source)
-        client = gcs_client()
-        if _GLOB_CHARS.search(name):
-            prefix = _GLOB_CHARS.split(name, 1)[0]
-            blobs = [b for b in client.list_blobs(bucket, prefix=prefix) if fnmatch.fnmatchcase(b.name, name)]
-        else:
-            exact = client.bucket(bucket).get_blob(name) if name else None
-            blobs = [exact] if exact is not None else list(client.list_blobs(bucket, prefix=name.rstrip("/") + "/"))
-        files = [SourceFile(f"gs://{bucket}/{b.name}", int(b.size or 0), "", str(b.generation or "")) for b in blobs
-                 if not b.name.endswith("/") and not _hidden(b.name)]
-        what = "matches no objects" if _GLOB_CHARS.search(name) else "does not exist"
-    elif _GLOB_CHARS.search(source):
-        files = [_local(p) for p in sorted(glob.glob(source)) if os.path.isfile(p)]
-        what = "matches no files"
-    elif os.path.isdir(source):
-        files = [_local(os.path.join(source, n)) for n in sorted(os.listdir(source))
-                 if os.path.isfile(os.path.join(source, n)) and not _hidden(n)]
-        what = "is an empty directory"
-    elif os.path.isfile(source):
-        files = [_local(source)]
+    if storage.GLOB_CHARS.search(source):
+        entries = storage.glob(source)
+        what = "matches no objects" if storage.is_remote(source) else "matches no files"
+    elif storage.stat(source) is not None:
+        entries = [storage.stat(source)]
         what = ""
-    else:
-        raise GpupipeError(f"data.source: file not found: {source}; fix the path (relative paths start at the "
-                           "working directory)")
+    else:  # a directory or prefix: the files under it
+        entries = storage.list_prefix(source)
+        if not entries and not storage.is_remote(source) and not os.path.isdir(source):
+            raise GpupipeError(f"data.source: file not found: {source}; fix the path (relative paths start at the "
+                               "working directory)")
+        what = "is an empty directory" if not storage.is_remote(source) else "does not exist"
+    files = [SourceFile(e.uri, e.size, "", e.stamp) for e in entries if not _hidden(e.uri)]
     if not files:
         raise GpupipeError(f"data.source: {source} {what}; fix data.source (a file, directory, glob or "
-                           "gs://bucket/prefix)")
+                           "gs:// or s3://bucket/prefix)")
     for f in files:
         f.format = detect_format(f.uri, declared_format)
     formats = {f.format for f in files}
@@ -292,7 +274,7 @@ def _tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[p
     from tfx_bsl.coders import example_coder
 
     local, tmp = uri, None
-    if is_gcs(uri):  # stream the object to a local file: TF's own GCS client needs real credentials
+    if storage.is_remote(uri):  # a local copy: TF's own filesystems need their own credentials (and none does s3://)
         tmp = tempfile.NamedTemporaryFile(suffix=os.path.basename(uri), delete=False)
         with open_for_reading(uri, "data.source") as src:
             while chunk := src.read(8 << 20):

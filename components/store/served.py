@@ -18,6 +18,7 @@ from typing import Callable, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
 from components.store import models_config, states
+from components.contracts import storage
 from components.store.base import ServingStore
 
 # Inside each version directory (TF Serving reads only tf_serving_warmup_requests here).
@@ -77,7 +78,7 @@ def update_record(store: ServingStore, change: Callable[[dict], None], now: Opti
 
 
 def _base_path(store: ServingStore) -> str:
-    return store.model_root if store.model_root.startswith("gs://") else os.path.abspath(store.model_root)
+    return store.model_root if storage.is_remote(store.model_root) else os.path.abspath(store.model_root)
 
 
 def sync_models_config(store: ServingStore) -> str:

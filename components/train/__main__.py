@@ -14,7 +14,7 @@ from components.train.settings import TrainSettings
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m components.train", description=__doc__.splitlines()[0])
-    p.add_argument("--examples", required=True, help="ingest output (local path or gs://)")
+    p.add_argument("--examples", required=True, help="ingest output (local path, gs:// or s3://)")
     p.add_argument("--statistics", required=True, help="validate's statistics output")
     p.add_argument("--model-dir", required=True, help="where the chief writes the SavedModel")
     p.add_argument("--columns", required=True, help="the label and features (Columns as JSON)")

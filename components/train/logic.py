@@ -13,12 +13,11 @@ import time
 from typing import Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components.contracts import names
+from components.contracts import names, storage
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern
 from components.contracts.features import FeatureSpecs, feature_statistics, specs_from_statistics, write_feature_specs
 from components.contracts.settings import Columns
-from components.contracts.storage import is_gcs
 from components.train.runtime import (PREEMPTED_EXIT_CODE, Preempted, cluster_workers,  # noqa: F401 (re-exported)
                                       is_chief)
 from components.train.settings import TrainSettings
@@ -341,27 +340,49 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
               backup_dir: str = "", log_dir: str = "", report_dir: str = "") -> dict:
     """Training in this process, as the train task and `python -m components.train` (each
     worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (KFP
-    and the job controller retry it; the retry resumes)."""
-    try:
-        report = train_model(examples_dir, statistics_dir, model_dir, columns, settings, backup_dir or None,
-                             log_dir or None)
-    except Preempted as err:
-        print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
-        raise SystemExit(PREEMPTED_EXIT_CODE) from None
-    if report_dir and report["chief"]:
-        import tensorflow as tf
+    and the job controller retry it; the retry resumes).
 
-        tf.io.gfile.makedirs(report_dir)
-        with tf.io.gfile.GFile(os.path.join(report_dir, names.TRAIN_REPORT_FILE), "w") as f:
-            f.write(json.dumps(report, indent=2))
-        with tf.io.gfile.GFile(os.path.join(report_dir, REPORT_MD), "w") as f:
-            f.write(render_report(report))
-    return report
+    Any of the directories may be on an object store (a multi-worker job's workers get the
+    artifact URIs): inputs are staged into local scratch through the storage layer first
+    (docs/benchmarks.md, "Staging", measures it), the model, its TensorBoard logs and the
+    report are written locally and copied up once whole (the model `saved_model.pb` last).
+    TensorFlow's own filesystems are not used, so gs:// and s3:// take the same path."""
+    remote = [d for d in (examples_dir, statistics_dir, model_dir, log_dir) if d and storage.is_remote(d)]
+    stage = tempfile.mkdtemp(prefix="gpupipe-stage-", dir=scratch_directory(settings.scratch_dir or "")) \
+        if remote else ""
+    try:
+        started = time.perf_counter()
+        local_examples = storage.local_dir(examples_dir, os.path.join(stage, "examples"))
+        local_statistics = storage.local_dir(statistics_dir, os.path.join(stage, "statistics"))
+        if remote:
+            print(f"input: staged {', '.join(remote)} into {stage} in {time.perf_counter() - started:.1f} s",
+                  flush=True)
+        local_model = os.path.join(stage, "model") if storage.is_remote(model_dir) else model_dir
+        local_logs = os.path.join(stage, "tensorboard") if log_dir and storage.is_remote(log_dir) else log_dir
+        try:
+            report = train_model(local_examples, local_statistics, local_model, columns, settings, backup_dir or None,
+                                 local_logs or None)
+        except Preempted as err:
+            print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
+            raise SystemExit(PREEMPTED_EXIT_CODE) from None
+        if report["chief"]:
+            if local_model != model_dir:
+                storage.put_tree(local_model, model_dir, last="saved_model.pb")
+            if local_logs != log_dir and os.path.isdir(local_logs):
+                storage.upload_tree(local_logs, log_dir)
+            if report_dir:
+                storage.makedirs(report_dir)
+                storage.write_text(storage.join(report_dir, names.TRAIN_REPORT_FILE), json.dumps(report, indent=2))
+                storage.write_text(storage.join(report_dir, REPORT_MD), render_report(report))
+        return report
+    finally:
+        if stage:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _sibling(location: str, name: str) -> str:
-    """`<parent of location>/<name>` for a local path or a gs:// URI."""
-    return location.rstrip("/").rsplit("/", 1)[0] + "/" + name
+    """`<parent of location>/<name>` for a local path or an object store URI."""
+    return storage.join(storage.parent(location), name)
 
 
 @reports_errors("train")
@@ -373,12 +394,10 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
     on the artifact URIs and follows it. The BackupAndRestore directory sits beside the
     model's URI, where a retry of this task finds it. The Markdown report is copied to
     `summary_md`. Returns the training report (the chief's)."""
-    import tensorflow as tf
-
     if not launch:
         # The backup beside the model's URI: in the run's remote root on the cluster, where a
         # retry of this task (in a new pod) finds it; kfp.local's URIs are local paths.
-        backup_home = _sibling(model[1] if is_gcs(model[1]) else model[0], "backup")
+        backup_home = _sibling(model[1] if storage.is_remote(model[1]) else model[0], "backup")
         report_dir = _sibling(model[0], "report")
         report = run_train(examples_dir=examples[0], statistics_dir=statistics[0], model_dir=model[0],
                            columns=columns, settings=settings, backup_dir=backup_home, log_dir=log_dir,
@@ -392,8 +411,7 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
                    "--settings", settings.model_dump_json(), "--backup-dir", _sibling(model[1], "backup"),
                    "--log-dir", _sibling(model[1], "tensorboard"), "--report-dir", report_dir]
         run_training_job(Launch.from_json(launch), command)
-        with tf.io.gfile.GFile(os.path.join(report_dir, names.TRAIN_REPORT_FILE)) as f:
-            report = json.loads(f.read())
+        report = json.loads(storage.read_text(storage.join(report_dir, names.TRAIN_REPORT_FILE)) or "{}")
     if summary_md:
-        tf.io.gfile.copy(os.path.join(report_dir, REPORT_MD), summary_md, overwrite=True)
+        storage.download_file(storage.join(report_dir, REPORT_MD), summary_md)
     return report

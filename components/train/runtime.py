@@ -207,9 +207,9 @@ class PreemptionGuard(tf_keras.callbacks.Callback):
 class Backup(tf_keras.callbacks.BackupAndRestore):
     """BackupAndRestore whose checkpoints outlive the pod.
 
-    Its checkpoints are written to a local directory (TensorFlow's own GCS filesystem is not
-    used: one storage client, google-cloud-storage, for every remote path gpupipe touches);
-    with a remote `home` (gs://) each backup the chief makes is then mirrored there,
+    Its checkpoints are written to a local directory (TensorFlow's own filesystems are not
+    used: gpupipe's storage layer, components/contracts/storage, for every remote path);
+    with a remote `home` (gs://, s3://) each backup the chief makes is then mirrored there,
     TensorFlow's `checkpoint` index last, and a new process (a retry on another node)
     starts by fetching it. Where `home` is local it is the directory itself."""
 
@@ -222,10 +222,10 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
     PROGRESS_UPLOAD_SECONDS = 10.0
 
     def __init__(self, home: str, scratch: str, save_freq: int, chief: bool):
-        from components.contracts.storage import download_prefix, is_gcs
+        from components.contracts.storage import download_prefix, is_remote
 
         self.home, self.chief = home, chief
-        self.remote = is_gcs(home)
+        self.remote = is_remote(home)
         local = tempfile.mkdtemp(prefix="gpupipe-backup-", dir=scratch) if self.remote else home
         if self.remote:
             fetched = download_prefix(home, local)
@@ -309,11 +309,9 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
         super().on_train_batch_end(batch, logs)  # may back up
 
     def _upload_progress(self) -> None:
-        from components.contracts.storage import gcs_client, split_gcs
+        from components.contracts import storage
 
-        bucket, prefix = split_gcs(self.home.rstrip("/") + "/")
-        gcs_client().bucket(bucket).blob(prefix + self.PROGRESS).upload_from_filename(
-            os.path.join(self.backup_dir, self.PROGRESS))
+        storage.upload_file(os.path.join(self.backup_dir, self.PROGRESS), storage.join(self.home, self.PROGRESS))
         self._progress_uploaded = time.monotonic()
 
     def on_train_end(self, logs=None):
@@ -338,10 +336,7 @@ class Backup(tf_keras.callbacks.BackupAndRestore):
         retry starts from step 0."""
         from components.contracts.storage import delete_prefix
 
-        if self.remote:
-            delete_prefix(self.home)
-        elif tf.io.gfile.exists(self.home):
-            tf.io.gfile.rmtree(self.home)
+        delete_prefix(self.home)
 
     def close(self) -> None:
         """Removes the local mirror (never the backup itself)."""

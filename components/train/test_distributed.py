@@ -134,7 +134,7 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
     """As on the cluster: the backup lives under the run's remote root (gs://, here the GCS
     emulator), the first pod is preempted (SIGTERM: checkpoint, exit 143), and the retry runs
     in a new process with another local scratch directory: it fetches the backup and resumes."""
-    from components.contracts.storage import gcs_client
+    from components.contracts.storage.gcs import client as gcs_client
     from tests.fixtures.gcs import gcs_emulator
 
     with gcs_emulator(monkeypatch) as bucket:

@@ -221,12 +221,16 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
     label = safe_name(label)
     statistics = compute_statistics(examples_dir, settings)
     if settings.schema_file:
-        import tensorflow as tf
+        from google.protobuf import text_format
+        from tensorflow_metadata.proto.v0 import schema_pb2
 
-        if not tf.io.gfile.exists(settings.schema_file):
+        from components.contracts import storage
+
+        text = storage.read_text(settings.schema_file)
+        if text is None:
             raise GpupipeError(f"validation.schema_file: {settings.schema_file} not found; write one with "
                                "`gpupipe schema CONFIG` or remove the key to infer it")
-        schema = tfdv.load_schema_text(settings.schema_file)
+        schema = text_format.Parse(text, schema_pb2.Schema())
     else:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
         annotate_columns(schema, (read_manifest(examples_dir) or {}).get("columns", {}))

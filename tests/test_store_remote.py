@@ -1,24 +1,43 @@
-"""The serving store on gs:// against storage that honours generation preconditions
-(tests/fixtures/gcs.py): the fixture itself refuses a stale generation with 412, and two
-pushes racing on the same serving base both land, with models.config and the state record
-consistent."""
+"""The serving store on object stores that honour write preconditions: the GCS emulator
+(tests/fixtures/gcs.py: generations) and moto's S3 server (tests/fixtures/s3.py: ETags with
+If-Match / If-None-Match). The GCS fixture itself refuses a stale generation with 412; two
+pushes racing on the same serving base both land, on each store, with models.config and the
+state record consistent."""
 import threading
 
 import pytest
 
+from components.contracts import storage
+from components.contracts.storage import Conflict
 from components.push.logic import push_model
 from components.store import models_config, served, states
-from components.store.base import Conflict, ServingStore
+from components.store.base import ServingStore
 from tests.fixtures.gcs import gcs_emulator
+from tests.fixtures.s3 import s3_server
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(params=["gs", "s3", "s3-lock"])
+def remote_bucket(request, monkeypatch):
+    """(scheme, bucket) on the GCS emulator, the S3 server, and the S3 server with conditional
+    writes off (the documented lock object instead)."""
+    if request.param == "gs":
+        with gcs_emulator(monkeypatch) as bucket:
+            yield "gs", bucket
+    else:
+        with s3_server(monkeypatch) as bucket:
+            if request.param == "s3-lock":
+                monkeypatch.setenv("GPUPIPE_S3_CONDITIONAL_WRITES", "0")
+                monkeypatch.setenv("GPUPIPE_S3_LOCK_SETTLE", "0.05")
+            yield "s3", bucket
 
 
 def test_the_storage_fixture_refuses_a_stale_generation_with_412(monkeypatch):
     import requests
     from google.api_core.exceptions import PreconditionFailed
 
-    from components.contracts.storage import gcs_client
+    from components.contracts.storage.gcs import client as gcs_client
 
     with gcs_emulator(monkeypatch) as bucket_name:
         bucket = gcs_client().bucket(bucket_name)
@@ -43,9 +62,11 @@ def test_the_storage_fixture_refuses_a_stale_generation_with_412(monkeypatch):
         assert answer.status_code == 412 and answer.json()["error"]["errors"][0]["reason"] == "conditionNotMet"
 
 
-def test_two_pushes_racing_on_gcs_both_land_and_models_config_stays_consistent(monkeypatch, model_dir):
-    with gcs_emulator(monkeypatch) as bucket:
-        base = f"gs://{bucket}/serving"
+def test_two_pushes_racing_on_an_object_store_both_land_and_models_config_stays_consistent(
+        monkeypatch, model_dir, remote_bucket):
+    scheme, bucket = remote_bucket
+    if True:
+        base = f"{scheme}://{bucket}/serving"
         push_model(model_dir, True, ["ok"], base, "m", run_id="run-0")  # version 1, stable
         start, both_read = threading.Barrier(2), threading.Barrier(2)
         results, errors, conflicts, waited = {}, [], [], set()
@@ -90,7 +111,8 @@ def test_two_pushes_racing_on_gcs_both_land_and_models_config_stays_consistent(m
             "1": "run-0", str(results["run-1"].version): "run-1", str(results["run-2"].version): "run-2"}
         config = models_config.parse(store.read_models_config())  # parses
         (entry,) = config.model_config_list.config
-        assert entry.base_path == f"gs://{bucket}/serving/m"
+        assert entry.base_path == f"{scheme}://{bucket}/serving/m"
+        assert not [e.uri for e in storage.list_prefix(base) if e.uri.endswith(".lock")]  # no lock left behind
         assert dict(entry.version_labels) == {"stable": 3} == states.labels(record)
         # The newer version is stable whichever push ended last; the older one passed and retired.
         assert record["previous_stable"] in (1, 2)
@@ -104,7 +126,6 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
 
     import yaml
 
-    from components.contracts.storage import gcs_client
     from pipelines.cli import main
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml").read_text())
@@ -121,7 +142,7 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
         assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
         assert predictor["canaryTrafficPercent"] == 10  # the config's canary_percent: 10
         # What KServe's storage initializer downloads: version 3 alone (it serves the highest it finds)
-        names = {b.name for b in gcs_client().list_blobs(bucket, prefix="serving/penguins/releases/3/")}
+        names = {e.uri.split("/", 3)[3] for e in storage.list_prefix(f"{base}/penguins/releases/3")}
         assert names and {n.split("/")[4] for n in names} == {"3"}
         assert "serving/penguins/releases/3/3/saved_model.pb" in names
         assert main(["promote", CONFIG, "--serving-base", base]) == 0
