@@ -11,6 +11,7 @@ import yaml
 from components.contracts.storage import s3
 from pipelines.cli import compile_to_text, compiled_path, main
 from pipelines.config import load_config, parse_config
+from tests.fixtures.k8s_schema import assert_valid
 from tests.test_compile import compiled_pod_shape, job_pod_shape
 
 pytestmark = pytest.mark.compile
@@ -94,6 +95,7 @@ def test_the_multi_worker_jobs_workers_get_the_same_environment_and_secret_refs(
     manifest = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
     pod = (manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"] if kind == "tfjob" else
            manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
+    assert_valid(manifest)  # secretKeyRef env against the JobSet / TFJob CRD's pod template schema
     task, worker = compiled_pod_shape(single, "exec-train"), job_pod_shape(pod)
     assert task == worker
     assert task["env"][s3.ENDPOINT_ENV] == "https://rgw.ceph.internal:7480" and task["env"][s3.REGION_ENV] == "eu-1"
