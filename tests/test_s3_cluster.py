@@ -76,22 +76,27 @@ def test_no_key_reaches_the_yaml_even_when_the_compiling_shell_has_them(monkeypa
                                                                          "AWS_SECRET_ACCESS_KEY": "secretkey"}
 
 
-@pytest.mark.parametrize("kind", ["jobset", "tfjob"])
-def test_the_multi_worker_jobs_workers_get_the_same_environment_and_secret_refs(ctr_config, kind):
-    from components.train.launch import Launch, job_manifest
-    from pipelines.factory import launch_json
-
+@pytest.fixture(scope="module")
+def ceph_ctr(ctr_config):
+    """The multi-worker example on Ceph RGW behind TLS, and its train task compiled with one
+    worker (compiled once for both launchers)."""
     raw = ctr_config.model_dump(exclude_none=True)
     raw["storage"] = {"s3": {"endpoint": "https://rgw.ceph.internal:7480", "region": "eu-1",
                              "credentials_secret": "ceph-keys"}}
     raw["cluster"]["serving_base"] = "s3://models/serving"
     config = parse_config(raw)
+    single = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
+    return config, list(yaml.safe_load_all(compile_to_text(single)))
 
-    def with_training(**update):
-        return config.model_copy(update={"training": config.training.model_copy(update=update)})
 
-    single = list(yaml.safe_load_all(compile_to_text(with_training(workers=1))))
-    launch = Launch.from_json(launch_json(with_training(launcher=kind)))
+@pytest.mark.parametrize("kind", ["jobset", "tfjob"])
+def test_the_multi_worker_jobs_workers_get_the_same_environment_and_secret_refs(ceph_ctr, kind):
+    from components.train.launch import Launch, job_manifest
+    from pipelines.factory import launch_json
+
+    config, single = ceph_ctr
+    launch = Launch.from_json(launch_json(config.model_copy(
+        update={"training": config.training.model_copy(update={"launcher": kind})})))
     manifest = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
     pod = (manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"] if kind == "tfjob" else
            manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])

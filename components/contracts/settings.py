@@ -106,9 +106,9 @@ _REGION_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")
 class S3Settings(Strict):
     """Where the S3-compatible store is (AWS S3, MinIO, Ceph RGW) and how to reach it:
     endpoint, region, addressing style, whether it checks conditional writes, and the
-    Kubernetes Secret (by name only) holding the access keys. Every pod, the multi-worker
-    job's workers and `gpupipe run` get the same environment from it
-    (components/contracts/storage/s3.py reads it)."""
+    Kubernetes Secret (by name only) holding the access keys. It renders the environment
+    components/contracts/storage/s3.py reads: one call for every compiled task, the
+    multi-worker job's workers (pipelines/pods.py) and the kfp.local tasks of a local run."""
 
     endpoint: Optional[str] = Field(
         None, description="the S3 API's URL, e.g. http://minio.minio:9000 (MinIO, Ceph RGW); unset: AWS S3")
@@ -215,7 +215,8 @@ class StorageSettings(Strict):
 
     def environment(self) -> Dict[str, str]:
         """The non-secret environment of every task, worker and local run: {} without `s3:`.
-        `gpupipe run` sets it for kfp.local tasks; the compiled tasks carry it."""
+        The compiled tasks carry it (pipelines/pods.py); pipelines/local_run.py is to set
+        the same for kfp.local tasks."""
         return self.s3.environment() if self.s3 else {}
 
     def secret_environment(self) -> Dict[str, Tuple[str, str]]:
