@@ -222,8 +222,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import (kserve_base, kserve_inference_service, launcher_rbac, tenant_manifests,
-                                     tf_serving_manifests)
+    from pipelines.manifests import (kserve_base, kserve_inference_service, kserve_s3_access, launcher_rbac,
+                                     tenant_manifests, tf_serving_manifests)
 
     config = load_config(args.config)
     if args.tenant:
@@ -243,7 +243,10 @@ def cmd_manifest(args: argparse.Namespace) -> int:
             from components.store.served import releases
 
             stable, canary = releases(base, config.serving.model_name)
-        docs = [kserve_inference_service(config, base, stable, canary)]
+        access, steps = kserve_s3_access(config, base)
+        docs = [*access, kserve_inference_service(config, base, stable, canary)]
+        for line in steps:  # what the user does to the Secret gpupipe never writes (stdout stays the YAML)
+            print(line, file=sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     return 0
 
@@ -506,12 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CONFIG: flag runs whose input-wait fraction is above this (default: 0.3)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("manifest", help="print a KServe InferenceService serving the released version (or, "
-                                        "--tfserving, a TF Serving Deployment reading models.config), or (--rbac) "
+    p = sub.add_parser("manifest", help="print a KServe InferenceService serving the released version (an s3:// "
+                                        "base: and its ServiceAccount, with the Secret's annotations on stderr), or "
+                                        "(--tfserving) a TF Serving Deployment reading models.config, or (--rbac) "
                                         "the Role and RoleBinding the train task needs to launch multi-worker jobs")
     p.add_argument("config")
     p.add_argument("--serving-base", help="override serving.base (KServe needs a gs://, s3:// or pvc:// URI, "
-                                          "TF Serving a gs:// one)")
+                                          "TF Serving a gs:// or s3:// one)")
     p.add_argument("--tfserving", action="store_true",
                    help="print a TF Serving ConfigMap, Deployment, Service (and HPA) instead of the InferenceService")
     p.add_argument("--version", type=int, help="KServe: the stable version to serve (default: the serving base's "

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from components.contracts.errors import GpupipeError
 from components.contracts.names import STEPS
 from components.contracts.pods import Toleration, check_quantity
-from components.contracts.settings import Strict
+from components.contracts.settings import StorageSettings, Strict
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
 from components.push.settings import NAME_RE, ServingSettings
@@ -110,10 +110,10 @@ class ClusterConfig(Strict):
     gcs_credentials_key: str = Field("key.json", description="the key file's name inside that Secret")
     image_pull_secrets: List[str] = Field(default_factory=list, description="Secrets for pulling the images")
     data_source: Optional[str] = Field(
-        None, description="the data source on the cluster, a URI every pod can read (gs://...); the compiled "
+        None, description="the data source on the cluster, a URI every pod can read (gs:// or s3://); the compiled "
                           "pipeline's default (data.source stays the local run's)")
     serving_base: Optional[str] = Field(
-        None, description="the serving base on the cluster (gs://...); the compiled pipeline's default "
+        None, description="the serving base on the cluster (gs:// or s3://); the compiled pipeline's default "
                           "(serving.base stays the local run's)")
     service_account: Optional[str] = Field(
         None, description="service account of the multi-worker training pods (the run's own for the KFP tasks)")
@@ -171,6 +171,10 @@ class PipelineConfig(Strict):
     serving: ServingSettings
     images: ImagesConfig = ImagesConfig()
     cluster: ClusterConfig = ClusterConfig()
+    storage: StorageSettings = Field(
+        StorageSettings(), description="how the object stores are reached: s3 (endpoint, region, addressing, "
+                                       "conditional writes, the credentials' Secret); the same for the compiled tasks, "
+                                       "the multi-worker job and gpupipe run")
 
     @model_validator(mode="after")
     def _slices_are_categorical(self) -> "PipelineConfig":

@@ -33,11 +33,15 @@ P_SERVING_BASE = "serving_base"
 P_LEARNING_RATE = "learning_rate"
 
 
-REMOTE = ("gs://",)  # where every pod can read and write (the storage layer's schemes)
+REMOTE = ("gs://", "s3://")  # where every pod can read and write (the storage layer's schemes)
 PIPELINE_ROOTS = ("gs://", "s3://", "minio://")  # what KFP's launcher stores artifacts in
+URI_FIX = "gs://BUCKET/PATH or s3://BUCKET/PATH"
 
 
 def _cluster_uri(value: str, key: str, fix: str) -> str:
+    if value.startswith("minio://"):
+        raise GpupipeError(f"{key}: '{value}': minio:// is KFP's name for its artifact store only; write the same "
+                           f"objects as s3://{value[len('minio://'):]} (set storage.s3.endpoint to the MinIO URL)")
     if not value.startswith(REMOTE) and not value.startswith("synthetic:"):
         raise GpupipeError(f"{key}: '{value}' is a path inside the pod, lost with it on the cluster; {fix}")
     return value
@@ -52,15 +56,15 @@ def cluster_locations(config: PipelineConfig) -> dict:
     locations = {
         P_DATA_SOURCE: _cluster_uri(cluster.data_source or config.data.source,
                                     "cluster.data_source" if cluster.data_source else "data.source",
-                                    "set cluster.data_source: gs://BUCKET/PATH"),
+                                    f"set cluster.data_source: {URI_FIX}"),
         P_SERVING_BASE: _cluster_uri(cluster.serving_base or config.serving.base,
                                      "cluster.serving_base" if cluster.serving_base else "serving.base",
-                                     "set cluster.serving_base: gs://BUCKET/PATH"),
+                                     f"set cluster.serving_base: {URI_FIX}"),
     }
     for key, value in (("validation.schema_file", config.validation.schema_file),
                        ("validation.drift.baseline_statistics", config.validation.drift.baseline_statistics)):
         if value:
-            _cluster_uri(value, key, f"upload the file and set {key}: gs://BUCKET/PATH")
+            _cluster_uri(value, key, f"upload the file and set {key}: {URI_FIX}")
     if config.pipeline_root and not config.pipeline_root.startswith(PIPELINE_ROOTS):
         raise GpupipeError(f"pipeline_root: '{config.pipeline_root}' is not an object-store URI; give "
                            "gs://BUCKET/PATH (or s3://, minio://), or remove it for the installation's default")
@@ -92,6 +96,11 @@ def apply_pod_shape(task: dsl.PipelineTask, shape: PodShape) -> None:
         kubernetes.add_toleration(task, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
     for name, value in sorted(shape.env.items()):
         task.set_env_variable(name, value)
+    by_secret: dict = {}
+    for name, ref in sorted(shape.secret_env.items()):
+        by_secret.setdefault(ref.secret, {})[ref.key] = name
+    for secret, key_to_env in sorted(by_secret.items()):
+        kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=key_to_env)
     for sv in shape.secret_volumes:
         kubernetes.use_secret_as_volume(task, secret_name=sv.secret, mount_path=sv.mount_path)
     for ed in shape.empty_dirs:

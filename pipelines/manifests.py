@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from components.contracts.errors import GpupipeError
+from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV, S3Settings
 from pipelines.config import PipelineConfig
 
 
@@ -11,6 +12,8 @@ GRPC_PORT, REST_PORT = 8500, 8501
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 TFSERVING_CONFIG_DIR = "/etc/tfserving"
 CONFIG_POLL_SECONDS = 30
+TFSERVING_S3_SINCE = (2, 7)  # the stock tensorflow/serving images have no s3:// file system from 2.7 on
+KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secret a ServiceAccount lists
 
 
 def _labels(config: PipelineConfig) -> dict:
@@ -42,7 +45,7 @@ def _remote_base(config: PipelineConfig, serving_base: str, schemes: tuple, fix:
 def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
     """The serving base KServe's storage initializer reads (a URI, not a local path)."""
     return _remote_base(config, serving_base, ("gs://", "s3://", "pvc://"),
-                        "pass --serving-base gs://BUCKET/PATH (or s3://, pvc://)")
+                        "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (or pvc://)")
 
 
 def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: Optional[int],
@@ -77,8 +80,9 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
     if srv.batching.enabled:
         predictor["batcher"] = {"maxBatchSize": srv.batching.max_batch_size,
                                 "maxLatency": max(1, -(-srv.batching.batch_timeout_micros // 1000))}
-    if srv.service_account:
-        predictor["serviceAccountName"] = srv.service_account
+    account = kserve_service_account_name(config, base)
+    if account:
+        predictor["serviceAccountName"] = account
     metadata = _metadata(config, srv.model_name)
     metadata["annotations"] = {"serving.kserve.io/deploymentMode": "Serverless",
                                "gpupipe/stable-version": str(stable)}
@@ -86,6 +90,76 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
         metadata["annotations"]["gpupipe/canary-version"] = str(canary)
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": metadata,
             "spec": {"predictor": predictor}}
+
+
+def _s3(config: PipelineConfig) -> S3Settings:
+    return config.storage.s3 or S3Settings()  # no storage.s3: AWS S3 with its defaults
+
+
+def kserve_service_account_name(config: PipelineConfig, base: str) -> Optional[str]:
+    """The predictor's ServiceAccount: serving.service_account, or (an s3:// base with
+    storage.s3.credentials_secret) `<model>-s3`, the one kserve_s3_access prints."""
+    srv = config.serving
+    if srv.service_account:
+        return srv.service_account
+    if base.startswith("s3://") and _s3(config).credentials_secret:
+        return f"{srv.model_name}-s3"
+    return None
+
+
+def kserve_s3_access(config: PipelineConfig, serving_base: str = "") -> tuple:
+    """What KServe's storage initializer needs to download an s3:// release: ([the
+    ServiceAccount listing storage.s3.credentials_secret], [lines for the user]). KServe
+    takes the keys from a Secret the predictor's ServiceAccount lists, and the endpoint,
+    region and TLS from that Secret's serving.kserve.io/s3-* annotations. The Secret holds
+    the keys, so gpupipe never writes it: the lines are the `kubectl annotate` command that
+    adds the annotations to the Secret the user created (README, "On-premises: MinIO / S3").
+    Nothing for a gs:// or pvc:// base, or without credentials_secret (the pods' own
+    identity, e.g. IRSA, and KServe's inferenceservice-config defaults)."""
+    base = kserve_base(config, serving_base)
+    s3 = _s3(config)
+    if not base.startswith("s3://") or not s3.credentials_secret:
+        return [], []
+    name = kserve_service_account_name(config, base)
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(config, name),
+               "secrets": [{"name": s3.credentials_secret}]}
+    annotations = {"s3-usehttps": "1" if s3.uses_https else "0", "s3-verifyssl": "1" if s3.uses_https else "0",
+                   "s3-region": s3.region}
+    if s3.host_port:
+        annotations["s3-endpoint"] = s3.host_port
+    if s3.style != "auto":
+        annotations["s3-usevirtualbucket"] = "true" if s3.style == "virtual" else "false"
+    where = f" -n {config.serving.namespace}" if config.serving.namespace else ""
+    lines = [f"kubectl{where} annotate --overwrite secret {s3.credentials_secret} "
+             + " ".join(f"{KSERVE_ANNOTATIONS}{k}={v}" for k, v in sorted(annotations.items()))]
+    if (s3.access_key_key, s3.secret_key_key) != (ACCESS_KEY_ENV, SECRET_KEY_ENV):
+        lines.append(f"note: KServe reads the keys {ACCESS_KEY_ENV} and {SECRET_KEY_ENV} of Secret "
+                     f"{s3.credentials_secret}, which holds them as {s3.access_key_key} and {s3.secret_key_key}: set "
+                     "credentials.s3.s3AccessKeyIDName and s3SecretAccessKeyName in KServe's inferenceservice-config, "
+                     f"or create a Secret with the keys {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
+    return [account], lines
+
+
+def tf_serving_s3_env(config: PipelineConfig) -> list:
+    """TF Serving's S3 file system environment for an s3:// serving base: the region, the
+    endpoint as host:port (no scheme: S3_USE_HTTPS says which), TLS verification, and the
+    keys from storage.s3.credentials_secret by secretKeyRef."""
+    srv, s3 = config.serving, _s3(config)
+    if not srv.tf_serving_image:
+        version = tuple(int(p) for p in srv.tf_serving_version.split(".")[:2] if p.isdigit())
+        if version >= TFSERVING_S3_SINCE:
+            raise GpupipeError(
+                f"serving.tf_serving_image: the stock tensorflow/serving:{srv.tf_serving_version} image has no s3:// "
+                "file system (gone since 2.7, tensorflow/serving#1963); set serving.tf_serving_image to a TF Serving "
+                "build with S3 support, or serve with KServe (gpupipe manifest without --tfserving)")
+    env = [{"name": "AWS_REGION", "value": s3.region}]
+    if s3.host_port:
+        env.append({"name": "S3_ENDPOINT", "value": s3.host_port})
+    env += [{"name": "S3_USE_HTTPS", "value": "1" if s3.uses_https else "0"},
+            {"name": "S3_VERIFY_SSL", "value": "1" if s3.uses_https else "0"}]
+    env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for var, (secret, key) in sorted(s3.secret_environment().items())]
+    return env
 
 
 def batching_parameters(config: PipelineConfig) -> str:
@@ -109,8 +183,9 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
     without a restart), a Service (gRPC 8500, REST 8501) and, when max_replicas >
     min_replicas, a HorizontalPodAutoscaler."""
     srv, cluster = config.serving, config.cluster
-    base = _remote_base(config, serving_base, ("gs://",), "pass --serving-base gs://BUCKET/PATH (TF Serving reads "
-                                                          "models.config and the versions from it)")
+    base = _remote_base(config, serving_base, ("gs://", "s3://"),
+                        "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (TF Serving reads models.config and "
+                        "the versions from it)")
     scaling = srv.autoscaling
     if scaling.metric not in ("cpu", "memory"):
         raise GpupipeError(f"serving.autoscaling.metric: {scaling.metric} is Knative's (KServe only); the TF Serving "
@@ -127,7 +202,9 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
         data["batching.config"] = batching_parameters(config)
     env, mounts = [], [{"name": "tfserving-config", "mountPath": TFSERVING_CONFIG_DIR, "readOnly": True}]
     volumes = [{"name": "tfserving-config", "configMap": {"name": name}}]
-    if cluster.gcs_credentials_secret:
+    if base.startswith("s3://"):
+        env += tf_serving_s3_env(config)
+    elif cluster.gcs_credentials_secret:
         key_dir = "/var/secrets/gcs"
         env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{cluster.gcs_credentials_key}"})
         mounts.append({"name": "gcs-key", "mountPath": key_dir, "readOnly": True})

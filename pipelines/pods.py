@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Dict
 
 from components.contracts import names
-from components.contracts.pods import EmptyDir, PodShape, SecretVolume
+from components.contracts.pods import EmptyDir, PodShape, SecretEnv, SecretVolume
 from pipelines.config import PipelineConfig, StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
@@ -38,13 +38,17 @@ def step_resources(config: PipelineConfig, step: str) -> StepResources:
 
 
 def _common(config: PipelineConfig) -> dict:
-    """What every pod carries: secrets by reference, never their values."""
+    """What every pod carries: the storage layer's environment (storage.s3) and secrets by
+    reference, never their values."""
     cluster = config.cluster
     common: dict = {"image_pull_secrets": list(cluster.image_pull_secrets),
-                    "service_account": cluster.service_account}
+                    "service_account": cluster.service_account,
+                    "env": config.storage.environment(),
+                    "secret_env": {name: SecretEnv(secret=secret, key=key)
+                                   for name, (secret, key) in config.storage.secret_environment().items()}}
     if cluster.gcs_credentials_secret:
         common["secret_volumes"] = [SecretVolume(secret=cluster.gcs_credentials_secret, mount_path=GCS_KEY_MOUNT)]
-        common["env"] = {"GOOGLE_APPLICATION_CREDENTIALS": f"{GCS_KEY_MOUNT}/{cluster.gcs_credentials_key}"}
+        common["env"]["GOOGLE_APPLICATION_CREDENTIALS"] = f"{GCS_KEY_MOUNT}/{cluster.gcs_credentials_key}"
     return common
 
 

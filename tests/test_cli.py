@@ -119,13 +119,13 @@ def test_schema_command_writes_the_inferred_schema_for_review(tmp_path):
 @pytest.mark.parametrize("edit, expected", [
     (lambda c: c["cluster"].pop("serving_base"),
      "error: serving.base: 'serving' is a path inside the pod, lost with it on the cluster; set "
-     "cluster.serving_base: gs://BUCKET/PATH"),
+     "cluster.serving_base: gs://BUCKET/PATH or s3://BUCKET/PATH"),
     (lambda c: c["cluster"].update(data_source="/mnt/data/penguins.csv"),
      "error: cluster.data_source: '/mnt/data/penguins.csv' is a path inside the pod, lost with it on the cluster; "
-     "set cluster.data_source: gs://BUCKET/PATH"),
+     "set cluster.data_source: gs://BUCKET/PATH or s3://BUCKET/PATH"),
     (lambda c: c["validation"].update(schema_file="configs/penguins.schema.pbtxt"),
      "error: validation.schema_file: 'configs/penguins.schema.pbtxt' is a path inside the pod, lost with it on the "
-     "cluster; upload the file and set validation.schema_file: gs://BUCKET/PATH"),
+     "cluster; upload the file and set validation.schema_file: gs://BUCKET/PATH or s3://BUCKET/PATH"),
     (lambda c: c.update(pipeline_root="runs"),
      "error: pipeline_root: 'runs' is not an object-store URI; give gs://BUCKET/PATH (or s3://, minio://), or "
      "remove it for the installation's default"),

@@ -155,6 +155,8 @@ def compiled_pod_shape(docs, executor: str) -> dict:
         "resources": {"requests": {"cpu": r["resourceCpuRequest"], "memory": r["resourceMemoryRequest"]},
                       "limits": limits},
         "env": {e["name"]: e["value"] for e in container.get("env", [])},
+        "secretEnv": {(e["envVar"], s["secretName"], e["secretKey"]) for s in k8s.get("secretAsEnv", [])
+                      for e in s["keyToEnv"]},
         "nodeSelector": k8s.get("nodeSelector", {}).get("labels", {}),
         "tolerations": k8s.get("tolerations", []),
         "secrets": {(v["secretName"], v["mountPath"]) for v in k8s.get("secretAsVolume", [])},
@@ -171,7 +173,10 @@ def job_pod_shape(pod: dict) -> dict:
     mounts = container.get("volumeMounts", [])
     return {
         "resources": container["resources"],
-        "env": {e["name"]: e["value"] for e in container["env"] if not e["name"].startswith(("TF_", "GPUPIPE_TF_"))},
+        "env": {e["name"]: e["value"] for e in container["env"]
+                if "value" in e and not e["name"].startswith(("TF_", "GPUPIPE_TF_"))},
+        "secretEnv": {(e["name"], e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+                      for e in container["env"] if "valueFrom" in e},
         "nodeSelector": pod.get("nodeSelector", {}),
         "tolerations": pod.get("tolerations", []),
         "secrets": {(volumes[m["name"]]["secret"]["secretName"], m["mountPath"]) for m in mounts

@@ -56,3 +56,39 @@ def test_image_tags_follow_the_package_version():
     config = parse_config(penguins())
     assert config.images.cpu_image.endswith(f"/gpupipe-cpu:{__version__}")
     assert config.train_image.endswith(f"/gpupipe-gpu:{__version__}")  # penguins asks for a GPU
+
+
+def test_storage_s3_defaults_and_the_environment_it_renders():
+    """The one call the compiled tasks and the local run take their S3 environment from;
+    the variable names are the storage layer's own constants."""
+    from components.contracts.storage import s3
+
+    assert parse_config(penguins()).storage.environment() == {}  # no storage section: nothing set
+    raw = penguins()
+    raw["storage"] = {"s3": {}}
+    assert parse_config(raw).storage.environment() == {s3.REGION_ENV: "us-east-1", s3.ADDRESSING_ENV: "auto",
+                                                       s3.CONDITIONAL_ENV: "1"}  # AWS S3
+    raw["storage"] = {"s3": {"endpoint": "http://minio.minio:9000/", "conditional_writes": False}}
+    storage = parse_config(raw).storage
+    assert storage.environment() == {s3.ENDPOINT_ENV: "http://minio.minio:9000", s3.REGION_ENV: "us-east-1",
+                                     s3.ADDRESSING_ENV: "path", s3.CONDITIONAL_ENV: "0", s3.LOCK_SECONDS_ENV: "60"}
+    assert storage.secret_environment() == {}
+    raw["storage"]["s3"].update(credentials_secret="mlpipeline-minio-artifact", access_key_key="accesskey",
+                                secret_key_key="secretkey", addressing_style="virtual")
+    storage = parse_config(raw).storage
+    assert storage.environment()[s3.ADDRESSING_ENV] == "virtual"
+    assert storage.secret_environment() == {"AWS_ACCESS_KEY_ID": ("mlpipeline-minio-artifact", "accesskey"),
+                                            "AWS_SECRET_ACCESS_KEY": ("mlpipeline-minio-artifact", "secretkey")}
+
+
+def test_the_s3_backend_reads_what_the_settings_render(monkeypatch):
+    """Round trip: the environment from storage.s3 is what components/contracts/storage/s3.py
+    resolves its client settings from."""
+    from components.contracts.settings import S3Settings
+    from components.contracts.storage import s3
+
+    for name in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in S3Settings(endpoint="https://rgw.ceph.internal:7480", region="eu-1").environment().items():
+        monkeypatch.setenv(name, value)
+    assert s3._settings()[:3] == ("https://rgw.ceph.internal:7480", "eu-1", "path")

@@ -62,3 +62,26 @@ def test_validation_fails_on_a_misspelt_field_a_wrong_type_and_a_missing_key(ctr
     role = launcher_rbac(ctr_config, "team-a", "default-editor")[0]
     del role["rules"][0]["verbs"]
     assert validation_errors(role)
+
+
+def test_the_s3_serving_objects_validate():
+    """An s3:// serving base (configs/penguins-minio.yaml): the TF Serving Deployment with its
+    S3 environment and secretKeyRefs, KServe's ServiceAccount listing the Secret, and the
+    InferenceService running as it."""
+    from pathlib import Path
+
+    from pipelines.config import load_config
+    from pipelines.manifests import kserve_s3_access
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "penguins-minio.yaml")
+    tfserving = with_serving(config, tf_serving_image="registry.local/tfserving-s3:2.16.1")
+    base = "s3://models/serving"
+    docs = [*tf_serving_manifests(tfserving, base), *kserve_s3_access(config, base)[0],
+            kserve_inference_service(config, base, 3)]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler",
+                                         "ServiceAccount", "InferenceService"]
+    for obj in docs:
+        assert_valid(obj)
+    broken = copy.deepcopy(docs[1])
+    broken["spec"]["template"]["spec"]["containers"][0]["env"][-1]["valueFrom"]["secretKeyRef"]["nam"] = "x"
+    assert any("nam" in e for e in validation_errors(broken))

@@ -52,6 +52,12 @@ class SecretVolume(Strict):
     mount_path: str
 
 
+class SecretEnv(Strict):
+    """An environment variable taken from one key of a Kubernetes Secret (by name)."""
+    secret: str
+    key: str
+
+
 class EmptyDir(Strict):
     name: str
     mount_path: str
@@ -68,6 +74,7 @@ class PodShape(Strict):
     node_selector: Dict[str, str] = Field(default_factory=dict)
     tolerations: List[Toleration] = Field(default_factory=list)
     env: Dict[str, str] = Field(default_factory=dict)
+    secret_env: Dict[str, SecretEnv] = Field(default_factory=dict, description="variable -> Secret key (secretKeyRef)")
     secret_volumes: List[SecretVolume] = Field(default_factory=list)
     empty_dirs: List[EmptyDir] = Field(default_factory=list)
     image_pull_secrets: List[str] = Field(default_factory=list)
@@ -99,7 +106,9 @@ class PodShape(Strict):
         """A core/v1 PodSpec with one container of this shape."""
         env = {**self.env, **(extra_env or {})}
         container: dict = {"name": container_name, "image": image, "command": list(command),
-                           "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                           "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
+                           + [{"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+                              for k, ref in sorted(self.secret_env.items())],
                            "resources": self.resources()}
         volumes, mounts = self.volumes()
         spec: dict = {"containers": [container], "activeDeadlineSeconds": self.timeout_seconds}

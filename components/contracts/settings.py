@@ -9,9 +9,12 @@ from __future__ import annotations
 import keyword
 import re
 import unicodedata
-from typing import Dict, List, Type, TypeVar
+from typing import Dict, List, Literal, Optional, Tuple, Type, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from components.contracts.storage import s3
 
 S = TypeVar("S", bound="Strict")
 # What a feature may be called as written: it names the SavedModel's inputs, which
@@ -88,3 +91,133 @@ class Columns(Strict):
                                  "names TensorFlow takes); rename one in the data and here")
             taken[safe] = column
         return self
+
+
+# -- object storage -----------------------------------------------------------------------
+# The names under which AWS SDKs (boto3 in the steps, TF Serving's and KServe's S3 clients)
+# read S3 credentials; the pods get them from a Kubernetes Secret, never as values.
+ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
+SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+_OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_REGION_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")
+
+
+class S3Settings(Strict):
+    """Where the S3-compatible store is (AWS S3, MinIO, Ceph RGW) and how to reach it:
+    endpoint, region, addressing style, whether it checks conditional writes, and the
+    Kubernetes Secret (by name only) holding the access keys. It renders the environment
+    components/contracts/storage/s3.py reads: one call for every compiled task, the
+    multi-worker job's workers (pipelines/pods.py) and the kfp.local tasks of a local run."""
+
+    endpoint: Optional[str] = Field(
+        None, description="the S3 API's URL, e.g. http://minio.minio:9000 (MinIO, Ceph RGW); unset: AWS S3")
+    region: str = Field("us-east-1", description="the region (MinIO and Ceph accept any; us-east-1 is theirs)")
+    addressing_style: Optional[Literal["path", "virtual", "auto"]] = Field(
+        None, description="bucket in the path (MinIO, Ceph) or in the host name (AWS); default: path when an "
+                          "endpoint is set, else auto")
+    conditional_writes: bool = Field(
+        True, description="the server checks If-Match/If-None-Match (AWS S3, MinIO, Ceph RGW); false: pushes take "
+                          "a lock object instead (components/contracts/storage/s3.py)")
+    lock_seconds: int = Field(60, ge=5, description="with conditional_writes: false, the lock object's expiry")
+    credentials_secret: Optional[str] = Field(
+        None, description="name of the Kubernetes Secret holding the access key and secret key (the name, never "
+                          "the keys); unset: the pods' own identity (e.g. IRSA on EKS)")
+    access_key_key: str = Field(ACCESS_KEY_ENV, description="the access key's key inside that Secret (KFP's "
+                                                            "mlpipeline-minio-artifact: accesskey)")
+    secret_key_key: str = Field(SECRET_KEY_ENV, description="the secret key's key inside that Secret (KFP's "
+                                                            "mlpipeline-minio-artifact: secretkey)")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        try:
+            parts.port
+        except ValueError:
+            parts = None
+        if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+                or parts.path.strip("/") or parts.query or parts.username):
+            raise ValueError(f"'{v}' is not an http:// or https:// URL of the S3 API (scheme, host and port only, "
+                             "e.g. http://minio.minio:9000)")
+        return v.rstrip("/")
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: str) -> str:
+        if not _REGION_RE.match(v):
+            raise ValueError(f"'{v}' is not a region name (lowercase letters, digits and '-', e.g. us-east-1)")
+        return v
+
+    @field_validator("credentials_secret")
+    @classmethod
+    def _secret_name(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _OBJECT_NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not a Kubernetes Secret name (the name, never the secret itself)")
+        return v
+
+    @field_validator("access_key_key", "secret_key_key")
+    @classmethod
+    def _data_key(cls, v: str) -> str:
+        if not _SECRET_KEY_RE.match(v):
+            raise ValueError(f"'{v}' is not a key of a Kubernetes Secret (letters, digits, '-', '_' and '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _two_keys(self) -> "S3Settings":
+        if self.access_key_key == self.secret_key_key:
+            raise ValueError(f"access_key_key and secret_key_key are both '{self.access_key_key}'; name the two "
+                             "different keys of the Secret")
+        return self
+
+    @property
+    def style(self) -> str:
+        """The addressing style in effect."""
+        return self.addressing_style or ("path" if self.endpoint else "auto")
+
+    @property
+    def uses_https(self) -> bool:
+        return not self.endpoint or self.endpoint.startswith("https://")
+
+    @property
+    def host_port(self) -> Optional[str]:
+        """The endpoint without its scheme (host:port), what TF Serving's and KServe's S3
+        clients take; None for AWS S3 (their default)."""
+        return self.endpoint.split("://", 1)[1] if self.endpoint else None
+
+    def environment(self) -> Dict[str, str]:
+        """The non-secret environment the storage layer's S3 backend reads."""
+        env = {s3.REGION_ENV: self.region, s3.ADDRESSING_ENV: self.style,
+               s3.CONDITIONAL_ENV: "1" if self.conditional_writes else "0"}
+        if self.endpoint:
+            env[s3.ENDPOINT_ENV] = self.endpoint
+        if not self.conditional_writes:
+            env[s3.LOCK_SECONDS_ENV] = str(self.lock_seconds)
+        return env
+
+    def secret_environment(self) -> Dict[str, Tuple[str, str]]:
+        """The credentials as environment variable -> (Secret name, key in it); {} without
+        credentials_secret."""
+        if not self.credentials_secret:
+            return {}
+        return {ACCESS_KEY_ENV: (self.credentials_secret, self.access_key_key),
+                SECRET_KEY_ENV: (self.credentials_secret, self.secret_key_key)}
+
+
+class StorageSettings(Strict):
+    """The config's `storage:` section: how the storage layer reaches the object stores
+    (only `s3:` needs settings; gs:// takes the pods' Google credentials)."""
+
+    s3: Optional[S3Settings] = Field(None, description="the S3-compatible store (MinIO, Ceph, AWS S3); unset: no "
+                                                       "S3 environment is set")
+
+    def environment(self) -> Dict[str, str]:
+        """The non-secret environment of every task, worker and local run: {} without `s3:`.
+        The compiled tasks carry it (pipelines/pods.py); pipelines/local_run.py is to set
+        the same for kfp.local tasks."""
+        return self.s3.environment() if self.s3 else {}
+
+    def secret_environment(self) -> Dict[str, Tuple[str, str]]:
+        return self.s3.secret_environment() if self.s3 else {}
