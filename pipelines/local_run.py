@@ -210,6 +210,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
         print(f"gpupipe run {config.name}: training.workers={config.training.workers} runs as a "
               f"{config.training.launcher} on the cluster; training in-process here", file=console, flush=True)
         config = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
+    # The object stores' settings (storage.s3) as the cluster's tasks get them; a variable
+    # already set in this shell wins (e.g. a MinIO endpoint reached from this machine).
+    for name, value in config.storage.environment().items():
+        os.environ.setdefault(name, value)
     params = {**run_parameters(config), **(overrides or {})}
     params[P_DATA_SOURCE] = resolve_local_path(params[P_DATA_SOURCE])
     params[P_SERVING_BASE] = resolve_local_path(params[P_SERVING_BASE])

@@ -1,6 +1,10 @@
 """The layers hold: steps stand side by side on the shared floors (contracts, sources,
 store) and never import each other; the shared floors import no step; nothing under
-components/ imports pipelines/. Every import counts, also one inside a function."""
+components/ imports pipelines/. Every import counts, also one inside a function.
+
+And no code under components/ branches on a storage scheme: only the storage layer
+(components/contracts/storage/) compares a path with "gs://", "s3://" or "minio://" or
+imports a storage SDK (google-cloud-storage, boto3)."""
 import ast
 from pathlib import Path
 
@@ -44,6 +48,59 @@ def violations(root: Path) -> list:
             if home in SHARED and target not in SHARED[home] and (target in all_steps or target in SHARED):
                 found.append(f"{where} (components/{home} may import only {', '.join(sorted(SHARED[home]))})")
     return found
+
+
+SCHEMES = ("gs://", "s3://", "minio://")
+STORAGE_SDKS = ("google.cloud.storage", "boto3", "botocore")
+STORAGE_LAYER = ("contracts", "storage")
+
+
+def _is_scheme(node) -> bool:
+    if isinstance(node, ast.Tuple):
+        return any(_is_scheme(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(SCHEMES)
+
+
+def scheme_branches(root: Path) -> list:
+    """One line per place outside the storage layer that tests a path's scheme (a
+    comparison or startswith/endswith with a scheme literal) or imports a storage SDK."""
+    components = root / "components"
+    found = []
+    for path in sorted(components.rglob("*.py")):
+        parts = path.relative_to(components).parts
+        if parts[:2] == STORAGE_LAYER or path.name.startswith("test_"):
+            continue
+        where = str(path.relative_to(root))
+        for line, module in imported_modules(path):
+            if module.startswith(STORAGE_SDKS):
+                found.append(f"{where}:{line} imports {module} (only components/contracts/storage talks to a store)")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            tested = []
+            if isinstance(node, ast.Compare):
+                tested = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("startswith", "endswith", "removeprefix", "partition", "split"):
+                tested = list(node.args)
+            if any(_is_scheme(n) for n in tested):
+                found.append(f"{where}:{node.lineno} tests a scheme (use components.contracts.storage: is_remote, "
+                             "join, the same functions for every store)")
+    return found
+
+
+def test_no_step_branches_on_a_storage_scheme():
+    assert scheme_branches(ROOT) == []
+
+
+@pytest.mark.parametrize("line", ['def f(uri):\n    return uri.startswith("gs://")',
+                                  'def f(uri):\n    return uri[:5] == "s3://"',
+                                  "from google.cloud import storage"])
+def test_the_scheme_check_fails_on_a_deliberate_branch(tmp_path, line):
+    (tmp_path / "components" / "push").mkdir(parents=True)
+    (tmp_path / "components" / "push" / "logic.py").write_text(line + "\n", encoding="utf-8")
+    (tmp_path / "components" / "contracts" / "storage").mkdir(parents=True)
+    (tmp_path / "components" / "contracts" / "storage" / "gcs.py").write_text(line + "\n", encoding="utf-8")
+    found = scheme_branches(tmp_path)
+    assert len(found) == 1 and found[0].startswith("components/push/logic.py:"), found
 
 
 def test_steps_stand_side_by_side_on_shared_contracts():

@@ -96,8 +96,8 @@ class Columns(Strict):
 # -- object storage -----------------------------------------------------------------------
 # The names under which AWS SDKs (boto3 in the steps, TF Serving's and KServe's S3 clients)
 # read S3 credentials; the pods get them from a Kubernetes Secret, never as values.
-ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
-SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+ACCESS_KEY_ENV = s3.ACCESS_KEY_ENV
+SECRET_KEY_ENV = s3.SECRET_KEY_ENV
 _OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 _REGION_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")

@@ -40,6 +40,8 @@ ADDRESSING_ENV = "GPUPIPE_S3_ADDRESSING_STYLE"
 CONDITIONAL_ENV = "GPUPIPE_S3_CONDITIONAL_WRITES"
 LOCK_SECONDS_ENV = "GPUPIPE_S3_LOCK_SECONDS"
 LOCK_SETTLE_ENV = "GPUPIPE_S3_LOCK_SETTLE"
+ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"  # from the Secret storage.s3.credentials_secret names
+SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 READ_BLOCK = 4 << 20
 
 
@@ -47,7 +49,7 @@ def _settings() -> tuple:
     endpoint = os.environ.get(ENDPOINT_ENV) or os.environ.get("AWS_ENDPOINT_URL") or ""
     region = os.environ.get(REGION_ENV) or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     style = os.environ.get(ADDRESSING_ENV) or ("path" if endpoint else "auto")
-    return endpoint, region, style, os.environ.get("AWS_ACCESS_KEY_ID", ""), os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    return endpoint, region, style, os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, "")
 
 
 @functools.lru_cache(maxsize=4)
