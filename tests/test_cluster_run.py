@@ -31,6 +31,8 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
         raw["name"] = "penguins-cluster"
         raw["cluster"].update(data_source=f"{root}/data/penguins.csv", serving_base=f"{root}/serving")
+        if scheme == "s3":  # the store's settings, compiled into every task's environment
+            raw["storage"] = {"s3": {"endpoint": os.environ["AWS_ENDPOINT_URL_S3"], "region": "us-east-1"}}
         del raw["pipeline_root"]  # kfp.local keeps artifacts on local disk; the test gives it a directory
         config = tmp_path / "penguins-cluster.yaml"
         config.write_text(yaml.safe_dump(raw))
