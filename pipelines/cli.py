@@ -91,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["serving_base"] = args.serving_base
     if args.data_source is not None:
         overrides["data_source"] = args.data_source
-    summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides, quiet=args.quiet)
+    summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides, quiet=args.quiet,
+                        warm=False if args.cold else None)
     print(summary.render())
     return 0 if summary.ok else 1
 
@@ -419,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-source", help="override data.source for this run")
     p.add_argument("--serving-base", help="override serving.base for this run")
     p.add_argument("--quiet", action="store_true", help="print the summary only (no live progress)")
+    p.add_argument("--cold", action="store_true", help="start every task in a new Python, as a pod does (default: "
+                                                       "tasks fork from one process that imported their libraries; "
+                                                       "GPUPIPE_WARM_START=0 does the same)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("schema", help="infer the data's schema and write it next to the config for review")

@@ -200,9 +200,14 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
-              console: TextIO = sys.stderr, quiet: bool = False) -> RunSummary:
+              console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None) -> RunSummary:
     """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
-    returns the summary. Raises GpupipeError for input problems found before the run."""
+    returns the summary. Raises GpupipeError for input problems found before the run.
+    `warm` (default: unless GPUPIPE_WARM_START=0): tasks start as forks of a process that
+    has imported their libraries (pipelines/warm.py), the same command in a warm process."""
+    from pipelines.warm import enabled, warm_tasks
+
+    warm = enabled() if warm is None else warm
     from kfp import local
 
     if config.training.workers > 1:
@@ -241,7 +246,8 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
         with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tee = _ProgressTee(log, console, steps, quiet)
-            with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee):
+            with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee), \
+                    (warm_tasks() if warm else contextlib.nullcontext()):
                 pipeline(**params)
     finally:
         for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):

@@ -1,0 +1,199 @@
+"""Warm task start for local runs: every kfp.local task is a new Python process that imports
+the KFP executor, its step and TensorFlow (4.8-6.8 s per step on 2 cores, docs/benchmarks.md);
+a warm run pays that once.
+
+`warm_tasks()` (used by pipelines/local_run.py around kfp.local) starts one server process,
+`python -m pipelines.warm SOCKET`, which imports what the steps import (TensorFlow, tf_keras,
+TFDV, Beam, scikit-learn, the storage clients, kfp's executor and every step's modules) and
+then listens on a Unix socket. For the duration of the run kfp.local's `python3` is
+pipelines/warm_client.py: it passes the task's command line, environment, working directory
+and standard streams to the server, which forks a child that runs exactly the command
+kfp.local asked for (`python -m kfp.dsl.executor_main ...`, the cluster's entry point) with
+those streams, in that directory, with that environment, and reports its exit code.
+
+What stays the same as a cold start: the task's code, its arguments, its artifacts, its
+environment, its process (one per task, so a task's state dies with it) and its exit code.
+What differs: the modules are already imported (TensorFlow read TF_CPP_MIN_LOG_LEVEL when
+the server started; the server starts after the run set it), and the process is a fork of
+the server, not of the shell. A task that starts before the server is ready (the first
+ones: the imports take a few seconds) starts cold, as does everything when
+GPUPIPE_WARM_START=0 or `gpupipe run --cold`. The cluster never sees any of this: each pod
+runs the compiled command itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict
+from unittest import mock
+
+from pipelines import warm_client
+
+WARM_ENV = "GPUPIPE_WARM_START"
+# What the steps import, so the children find it in memory. Heavy libraries first.
+PRELOAD = ("components", "tensorflow", "tf_keras", "tensorflow_data_validation", "tfx_bsl.coders.example_coder",
+           "apache_beam", "pyarrow.csv", "pyarrow.parquet", "pandas", "sklearn.metrics", "google.cloud.storage",
+           "boto3", "plotly", "tensorflow_serving.apis.prediction_log_pb2", "kfp.dsl.executor_main",
+           "components.fingerprint.component", "components.ingest.component", "components.validate.component",
+           "components.train.component", "components.evaluate.component", "components.push.component",
+           "components.report.component", "components.ingest.logic", "components.validate.logic",
+           "components.train.logic", "components.train.model", "components.train.runtime", "components.evaluate.logic",
+           "components.push.logic", "components.report.logic")
+
+
+def enabled() -> bool:
+    return os.environ.get(WARM_ENV, "1") != "0"
+
+
+# -- the server -------------------------------------------------------------------------------
+def _run_child(inherited, fds, request: dict) -> None:
+    """In the forked child: become the task kfp.local started, run it, exit with its code."""
+    code = 1
+    try:
+        for sock in inherited:  # the server's sockets are not the task's
+            sock.close()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        if "numpy" in sys.modules:  # as a new process would: fresh entropy (random reseeds itself at fork)
+            sys.modules["numpy"].random.seed()
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        argv = request["argv"]  # ["-m", module, args...]
+        sys.argv = [argv[1], *argv[2:]]
+        import runpy
+
+        try:
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:  # noqa: BLE001 (printed as Python would, then exit 1)
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _receive_request(conn: socket.socket):
+    header, fds, _, _ = socket.recv_fds(conn, 4, 3)
+    if len(header) < 4:
+        return None, fds
+    size = struct.unpack("!I", header[:4])[0]
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            return None, fds
+        data += chunk
+    return json.loads(data), fds
+
+
+def serve(path: str) -> None:
+    """Imports PRELOAD, then forks one child per request until SIGTERM."""
+    import importlib
+    import warnings
+
+    warnings.simplefilter("ignore")
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(8)
+    os.rename(path + ".tmp", path)  # clients connect only once everything is imported
+    children: Dict[int, socket.socket] = {}
+    while not stopping:
+        with contextlib.suppress(InterruptedError):
+            ready, _, _ = select.select([listener], [], [], 0.2)
+            if ready:
+                conn, _ = listener.accept()
+                request, fds = _receive_request(conn)
+                if request is None or len(fds) != 3:
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    _run_child([listener, conn, *children.values()], fds, request)
+                for fd in fds:  # the child holds the task's streams; kfp.local sees EOF when it ends
+                    os.close(fd)
+                children[pid] = conn
+                conn.sendall(struct.pack("!i", pid))
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            code = os.waitstatus_to_exitcode(status)
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
+                conn.close()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    listener.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+# -- the run's side -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def warm_tasks():
+    """Starts the warm server and makes kfp.local's `python3` the warm client for the
+    duration; a no-op with GPUPIPE_WARM_START=0."""
+    if not enabled():
+        yield
+        return
+    home = tempfile.mkdtemp(prefix="gpupipe-warm-")
+    path = os.path.join(home, "tasks.sock")
+    shim = os.path.join(home, "python3")
+    client = Path(warm_client.__file__).resolve()
+    with open(shim, "w", encoding="utf-8") as f:  # what kfp.local puts where the command says python3
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{client}" "$@"\n')
+    os.chmod(shim, 0o755)
+    server = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable}
+    try:
+        with mock.patch.dict(os.environ, environment), mock.patch.object(sys, "executable", shim):
+            yield
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        for name in (path, path + ".tmp", shim):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+        with contextlib.suppress(OSError):
+            os.rmdir(home)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,62 @@
+"""The stand-in `python3` of a warm local run (pipelines/warm.py): run as
+`python -S -E pipelines/warm_client.py ARGS...` by kfp.local for each task, with the standard
+library only (it starts in milliseconds).
+
+It hands its arguments, environment, working directory and its stdin/stdout/stderr (the
+file descriptors themselves, SCM_RIGHTS) to the warm server, which forks a process that
+already imported TensorFlow and the steps' libraries, and runs the task there. It forwards
+SIGTERM/SIGINT to that process and exits with its exit code. When there is no warm server
+(not started yet, or gone) or the command is not a KFP executor, it becomes the real Python
+(`os.execv`), so a task always runs, warm or cold.
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_ENV = "GPUPIPE_WARM_SOCKET"
+PYTHON_ENV = "GPUPIPE_WARM_PYTHON"
+MODULES = ("kfp.dsl.executor_main",)  # what the server runs: KFP's executor, nothing else
+
+
+def _cold(python: str, args: list) -> None:
+    os.execv(python, [python, *args])
+
+
+def _receive(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def main(args: list) -> int:
+    python = os.environ.get(PYTHON_ENV) or sys.executable
+    path = os.environ.get(SOCKET_ENV, "")
+    if len(args) < 2 or args[0] != "-m" or args[1] not in MODULES or not path:
+        _cold(python, args)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:  # not listening yet (still importing) or gone: start cold
+        conn.close()
+        _cold(python, args)
+    request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+    header = _receive(conn, 4)
+    if not header:  # the server died before forking: start cold
+        _cold(python, args)
+    child = struct.unpack("!i", header)[0]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    status = _receive(conn, 4)  # the task's exit code (128 + N when a signal N ended it)
+    return struct.unpack("!i", status)[0] if status else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
