@@ -8,7 +8,10 @@ Python importing the KFP executor and the step's logic, median of 3); and the pe
 of the largest process of the runs. Accuracy (or the primary metric) of each run, so
 speed is never bought with quality.
 
-  python -m bench.e2e [--config configs/penguins.yaml] [--runs 3] [--data-source S] [--epochs N]
+Local runs start their tasks warm (pipelines/warm.py) unless --cold; the start-up column is
+always the cold start, what each pod on the cluster pays.
+
+  python -m bench.e2e [--config configs/penguins.yaml] [--runs 3] [--data-source S] [--epochs N] [--cold]
 """
 from __future__ import annotations
 
@@ -82,9 +85,10 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--data-source")
     p.add_argument("--epochs", type=int)
+    p.add_argument("--cold", action="store_true", help="gpupipe run --cold: each task in a new Python, as a pod")
     args = p.parse_args()
     extra = (["--data-source", args.data_source] if args.data_source else []) + \
-            (["--epochs", str(args.epochs)] if args.epochs else [])
+            (["--epochs", str(args.epochs)] if args.epochs else []) + (["--cold"] if args.cold else [])
 
     print("start-up per step (a fresh python importing the KFP executor, the step and its libraries; "
           "median of 3):")

@@ -15,8 +15,10 @@ What stays the same as a cold start: the task's code, its arguments, its artifac
 environment, its process (one per task, so a task's state dies with it) and its exit code.
 What differs: the modules are already imported (TensorFlow read TF_CPP_MIN_LOG_LEVEL when
 the server started; the server starts after the run set it), and the process is a fork of
-the server, not of the shell. A task that starts before the server is ready (the first
-ones: the imports take a few seconds) starts cold, as does everything when
+the server, not of the shell. The server listens at once and imports between requests, so
+a task starts with what has been imported by then (the first, fingerprint, with little; a
+task arriving during TensorFlow's import waits for it instead of importing it again). A task
+starts cold (a new Python) when the server cannot be reached, and every task does with
 GPUPIPE_WARM_START=0 or `gpupipe run --cold`. The cluster never sees any of this: each pod
 runs the compiled command itself.
 """
@@ -39,15 +41,17 @@ from unittest import mock
 from pipelines import warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
-# What the steps import, so the children find it in memory. Heavy libraries first.
-PRELOAD = ("components", "tensorflow", "tf_keras", "tensorflow_data_validation", "tfx_bsl.coders.example_coder",
-           "apache_beam", "pyarrow.csv", "pyarrow.parquet", "pandas", "sklearn.metrics", "google.cloud.storage",
-           "boto3", "plotly", "tensorflow_serving.apis.prediction_log_pb2", "kfp.dsl.executor_main",
-           "components.fingerprint.component", "components.ingest.component", "components.validate.component",
-           "components.train.component", "components.evaluate.component", "components.push.component",
-           "components.report.component", "components.ingest.logic", "components.validate.logic",
-           "components.train.logic", "components.train.model", "components.train.runtime", "components.evaluate.logic",
-           "components.push.logic", "components.report.logic")
+# What the steps import, so the children find it in memory: first what every task needs (the
+# KFP executor, the components), then TensorFlow and what stands on it (the tasks after the
+# first two need it), then the rest.
+PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.component", "components.ingest.component",
+           "components.validate.component", "components.train.component", "components.evaluate.component",
+           "components.push.component", "components.report.component", "pyarrow.csv", "pyarrow.parquet",
+           "components.sources.readers", "tensorflow", "tfx_bsl.coders.example_coder", "components.ingest.logic",
+           "tensorflow_data_validation", "apache_beam", "components.validate.logic", "tf_keras",
+           "components.train.logic", "components.train.model", "components.train.runtime", "pandas",
+           "sklearn.metrics", "components.evaluate.logic", "tensorflow_serving.apis.prediction_log_pb2",
+           "components.push.logic", "google.cloud.storage", "boto3", "plotly", "components.report.logic")
 
 
 def enabled() -> bool:
@@ -109,50 +113,28 @@ def _receive_request(conn: socket.socket):
     return json.loads(data), fds
 
 
-def serve(path: str) -> None:
-    """Imports PRELOAD, then forks one child per request until SIGTERM."""
+def serve(path: str, preload=PRELOAD) -> None:
+    """Listens at once, then imports PRELOAD one module at a time; between two imports (and
+    after the last) it forks one child per request, until SIGTERM. A task that arrives
+    while a module is importing waits for that import and starts with all imported so far:
+    the first task (no TensorFlow) starts at once, the next ones with TensorFlow loaded."""
     import importlib
     import warnings
 
     warnings.simplefilter("ignore")
-    for name in PRELOAD:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     listener.listen(8)
-    os.rename(path + ".tmp", path)  # clients connect only once everything is imported
+    os.rename(path + ".tmp", path)
     children: Dict[int, socket.socket] = {}
+    pending = list(preload)
     while not stopping:
-        with contextlib.suppress(InterruptedError):
-            ready, _, _ = select.select([listener], [], [], 0.2)
-            if ready:
-                conn, _ = listener.accept()
-                request, fds = _receive_request(conn)
-                if request is None or len(fds) != 3:
-                    for fd in fds:
-                        os.close(fd)
-                    conn.close()
-                    continue
-                pid = os.fork()
-                if pid == 0:
-                    _run_child([listener, conn, *children.values()], fds, request)
-                for fd in fds:  # the child holds the task's streams; kfp.local sees EOF when it ends
-                    os.close(fd)
-                children[pid] = conn
-                conn.sendall(struct.pack("!i", pid))
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            code = os.waitstatus_to_exitcode(status)
-            conn = children.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
-                conn.close()
+        _serve_once(listener, children, timeout=0 if pending else 0.2)
+        if pending:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(pending.pop(0))
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -161,13 +143,50 @@ def serve(path: str) -> None:
         os.unlink(path)
 
 
+def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> None:
+    """Forks a child for each waiting request, then reaps the children that ended and
+    sends each one's exit code to its client."""
+    while True:
+        try:
+            ready, _, _ = select.select([listener], [], [], timeout)
+        except InterruptedError:
+            ready = []
+        if not ready:
+            break
+        timeout = 0
+        conn, _ = listener.accept()
+        request, fds = _receive_request(conn)
+        if request is None or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _run_child([listener, conn, *children.values()], fds, request)
+        for fd in fds:  # the child holds the task's streams; kfp.local sees EOF when it ends
+            os.close(fd)
+        children[pid] = conn
+        conn.sendall(struct.pack("!i", pid))
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        code = os.waitstatus_to_exitcode(status)
+        conn = children.pop(pid, None)
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
+            conn.close()
+
+
 # -- the run's side -----------------------------------------------------------------------------
 @contextlib.contextmanager
-def warm_tasks():
+def warm_tasks(preload=PRELOAD):
     """Starts the warm server and makes kfp.local's `python3` the warm client for the
-    duration; a no-op with GPUPIPE_WARM_START=0."""
+    duration; yields the server process (None with GPUPIPE_WARM_START=0: no-op)."""
     if not enabled():
-        yield
+        yield None
         return
     home = tempfile.mkdtemp(prefix="gpupipe-warm-")
     path = os.path.join(home, "tasks.sock")
@@ -176,12 +195,12 @@ def warm_tasks():
     with open(shim, "w", encoding="utf-8") as f:  # what kfp.local puts where the command says python3
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{client}" "$@"\n')
     os.chmod(shim, 0o755)
-    server = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable}
     try:
         with mock.patch.dict(os.environ, environment), mock.patch.object(sys, "executable", shim):
-            yield
+            yield server
     finally:
         server.terminate()
         try:
@@ -196,4 +215,4 @@ def warm_tasks():
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else PRELOAD)

@@ -3,6 +3,7 @@ loaded back and run under kfp.local from an empty working directory, with nothin
 in: its data source and serving base are the cluster defaults of the config, on GCS (the
 gcp-storage-emulator FIXTURE, a real GCS JSON API server on loopback) and on S3 (moto's
 server mode FIXTURE, the S3 REST protocol MinIO and Ceph speak, on loopback)."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
     from kfp.local import pipeline_orchestrator
 
     from components.contracts import storage
+    from pipelines.warm import warm_tasks
     from tests.fixtures.gcs import gcs_emulator
     from tests.fixtures.s3 import s3_server
 
@@ -46,7 +48,10 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         pipeline = components.load_component_from_file(str(tmp_path / "compiled" / "penguins-cluster.yaml"))
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "artifacts"))
         # The entry point kfp.local itself calls for a pipeline; a loaded YAML has no Python to call.
-        pipeline_orchestrator.run_local_pipeline(pipeline_spec=pipeline.pipeline_spec, arguments={})
+        # On GCS each task starts cold (a new Python, as each pod does); on S3 warm, as `gpupipe
+        # run` starts them (pipelines/warm.py: the same command, forked from a warm process).
+        with warm_tasks() if scheme == "s3" else contextlib.nullcontext():
+            pipeline_orchestrator.run_local_pipeline(pipeline_spec=pipeline.pipeline_spec, arguments={})
 
         objects = sorted(e.uri[len(root) + 1:] for e in storage.list_prefix(f"{root}/serving"))
         assert "serving/penguins/1/saved_model.pb" in objects and "serving/models.config" in objects
