@@ -53,6 +53,20 @@ PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.compon
            "sklearn.metrics", "components.evaluate.logic", "tensorflow_serving.apis.prediction_log_pb2",
            "components.push.logic", "google.cloud.storage", "boto3", "plotly", "components.report.logic")
 
+# What a step's task needs before its work starts (by the component's function name, which
+# kfp passes as --function_to_execute): imported in the server before it forks that task,
+# so the task never imports TensorFlow again while the server is importing it too.
+STEP_NEEDS = {
+    "ingest": ("kfp.dsl.executor_main", "tensorflow", "tfx_bsl.coders.example_coder", "tensorflow_data_validation",
+               "components.ingest.logic"),
+    "validate": ("kfp.dsl.executor_main", "tensorflow_data_validation", "components.validate.logic"),
+    "train": ("kfp.dsl.executor_main", "tf_keras", "components.train.logic", "components.train.model",
+              "components.train.runtime"),
+    "evaluate": ("kfp.dsl.executor_main", "tensorflow", "sklearn.metrics", "components.evaluate.logic"),
+    "push": ("kfp.dsl.executor_main", "tensorflow_serving.apis.prediction_log_pb2", "components.push.logic"),
+    "report": ("kfp.dsl.executor_main", "plotly", "components.report.logic"),
+}
+
 
 def enabled() -> bool:
     return os.environ.get(WARM_ENV, "1") != "0"
@@ -118,7 +132,6 @@ def serve(path: str, preload=PRELOAD) -> None:
     after the last) it forks one child per request, until SIGTERM. A task that arrives
     while a module is importing waits for that import and starts with all imported so far:
     the first task (no TensorFlow) starts at once, the next ones with TensorFlow loaded."""
-    import importlib
     import warnings
 
     warnings.simplefilter("ignore")
@@ -133,14 +146,20 @@ def serve(path: str, preload=PRELOAD) -> None:
     while not stopping:
         _serve_once(listener, children, timeout=0 if pending else 0.2)
         if pending:
-            with contextlib.suppress(ImportError):
-                importlib.import_module(pending.pop(0))
+            _import(pending.pop(0))
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     listener.close()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _import(name: str) -> None:
+    import importlib
+
+    with contextlib.suppress(ImportError):
+        importlib.import_module(name)
 
 
 def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> None:
@@ -161,6 +180,10 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
                 os.close(fd)
             conn.close()
             continue
+        argv = request.get("argv", [])
+        step = argv[argv.index("--function_to_execute") + 1] if "--function_to_execute" in argv[:-1] else ""
+        for name in STEP_NEEDS.get(step, ()):
+            _import(name)
         pid = os.fork()
         if pid == 0:
             _run_child([listener, conn, *children.values()], fds, request)

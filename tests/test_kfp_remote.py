@@ -12,12 +12,29 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def gpupipe(*args, env_extra=None):
+def gpupipe(*args, env_extra=None, process=False):
+    """`gpupipe ARGS` with the environment CI gives it: in this process through the CLI's
+    `main` (stdout, stderr and the exit code it returns), or with `process=True` as a new
+    process from the shell (the first test: the entry point end to end)."""
+    import contextlib
+    import io
     import os
+    from unittest import mock
 
     env = {**os.environ, "GITHUB_SHA": "0123456789abcdef0123", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=env)
+    if process:
+        return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300, env=env)
+    from pipelines.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env, clear=True), contextlib.chdir(ROOT), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse on a malformed command line
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
@@ -28,7 +45,7 @@ def kfp_api():
 
 def test_submit_uploads_a_named_version_and_starts_a_run(kfp_api):
     out = gpupipe("submit", "configs/penguins.yaml", "--host", kfp_api.url, "--experiment", "nightly",
-                  env_extra={"KFP_TOKEN": "test-token-value"})
+                  env_extra={"KFP_TOKEN": "test-token-value"}, process=True)
     assert out.returncode == 0, out.stderr
     state = kfp_api.state
     assert [p["display_name"] for p in state.pipelines.values()] == ["penguins"]
