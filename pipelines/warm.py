@@ -41,31 +41,34 @@ from unittest import mock
 from pipelines import warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
-# What the steps import, so the children find it in memory: first what every task needs (the
-# KFP executor, the components), then TensorFlow and what stands on it (the tasks after the
-# first two need it), then the rest.
+# What every task needs (the KFP executor, the components' modules): imported first.
 PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.component", "components.ingest.component",
            "components.validate.component", "components.train.component", "components.evaluate.component",
-           "components.push.component", "components.report.component", "pyarrow.csv", "pyarrow.parquet",
-           "components.sources.readers", "tensorflow", "tfx_bsl.coders.example_coder", "components.ingest.logic",
-           "tensorflow_data_validation", "apache_beam", "components.validate.logic", "tf_keras",
-           "components.train.logic", "components.train.model", "components.train.runtime", "pandas",
-           "sklearn.metrics", "components.evaluate.logic", "tensorflow_serving.apis.prediction_log_pb2",
-           "components.push.logic", "google.cloud.storage", "boto3", "plotly", "components.report.logic")
-
-# What a step's task needs before its work starts (by the component's function name, which
-# kfp passes as --function_to_execute): imported in the server before it forks that task,
-# so the task never imports TensorFlow again while the server is importing it too.
+           "components.push.component", "components.report.component")
+# What a step's task needs before its work starts, by the component's function name (kfp
+# passes it as --function_to_execute): the server imports it before it forks that task, so
+# no task imports TensorFlow while the server is importing it too. While a task runs, the
+# server imports what the next two steps need (STEP_ORDER), so a run that stops early
+# (bad data at ingest) does not pay for the libraries of steps it never reaches.
+STEP_ORDER = ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report")
 STEP_NEEDS = {
-    "ingest": ("kfp.dsl.executor_main", "tensorflow", "tfx_bsl.coders.example_coder", "tensorflow_data_validation",
-               "components.ingest.logic"),
-    "validate": ("kfp.dsl.executor_main", "tensorflow_data_validation", "components.validate.logic"),
-    "train": ("kfp.dsl.executor_main", "tf_keras", "components.train.logic", "components.train.model",
-              "components.train.runtime"),
-    "evaluate": ("kfp.dsl.executor_main", "tensorflow", "sklearn.metrics", "components.evaluate.logic"),
-    "push": ("kfp.dsl.executor_main", "tensorflow_serving.apis.prediction_log_pb2", "components.push.logic"),
-    "report": ("kfp.dsl.executor_main", "plotly", "components.report.logic"),
+    "fingerprint": ("components.sources.readers", "components.fingerprint.logic"),
+    "ingest": ("pyarrow.csv", "pyarrow.parquet", "components.sources.readers", "tensorflow",
+               "tfx_bsl.coders.example_coder", "tensorflow_data_validation", "components.ingest.logic"),
+    "validate": ("tensorflow_data_validation", "components.validate.logic"),
+    "train": ("tensorflow", "tf_keras", "components.train.logic", "components.train.model", "components.train.runtime"),
+    "evaluate": ("tensorflow", "pandas", "sklearn.metrics", "components.evaluate.logic"),
+    "push": ("tensorflow", "tensorflow_serving.apis.prediction_log_pb2", "components.push.logic"),
+    "report": ("plotly", "components.report.logic"),
 }
+
+
+def lookahead(step: str) -> list:
+    """What the two steps after `step` need (nothing for a function not in STEP_ORDER)."""
+    if step not in STEP_ORDER:
+        return []
+    i = STEP_ORDER.index(step)
+    return [m for later in STEP_ORDER[i + 1:i + 3] for m in STEP_NEEDS[later]]
 
 
 def enabled() -> bool:
@@ -128,10 +131,10 @@ def _receive_request(conn: socket.socket):
 
 
 def serve(path: str, preload=PRELOAD) -> None:
-    """Listens at once, then imports PRELOAD one module at a time; between two imports (and
-    after the last) it forks one child per request, until SIGTERM. A task that arrives
-    while a module is importing waits for that import and starts with all imported so far:
-    the first task (no TensorFlow) starts at once, the next ones with TensorFlow loaded."""
+    """Listens at once, then imports `preload` (and, as tasks arrive, what the next steps
+    need) one module at a time; between two imports (and after the last) it forks one child
+    per request, until SIGTERM. A task that arrives while a module is importing waits for
+    that import, then for its own step's needs, and starts with all of it loaded."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -142,9 +145,11 @@ def serve(path: str, preload=PRELOAD) -> None:
     listener.listen(8)
     os.rename(path + ".tmp", path)
     children: Dict[int, socket.socket] = {}
-    pending = list(preload)
+    pending = [*preload, *(STEP_NEEDS["ingest"] if tuple(preload) == PRELOAD else ())]  # a run starts at ingest's
     while not stopping:
-        _serve_once(listener, children, timeout=0 if pending else 0.2)
+        step = _serve_once(listener, children, timeout=0 if pending else 0.2)
+        if step:
+            pending = [m for m in pending + lookahead(step) if m not in sys.modules]
         if pending:
             _import(pending.pop(0))
     for pid in children:
@@ -162,9 +167,10 @@ def _import(name: str) -> None:
         importlib.import_module(name)
 
 
-def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> None:
+def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> str:
     """Forks a child for each waiting request, then reaps the children that ended and
-    sends each one's exit code to its client."""
+    sends each one's exit code to its client. Returns the last step started ("" if none)."""
+    started = ""
     while True:
         try:
             ready, _, _ = select.select([listener], [], [], timeout)
@@ -184,6 +190,7 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
         step = argv[argv.index("--function_to_execute") + 1] if "--function_to_execute" in argv[:-1] else ""
         for name in STEP_NEEDS.get(step, ()):
             _import(name)
+        started = step or started
         pid = os.fork()
         if pid == 0:
             _run_child([listener, conn, *children.values()], fds, request)
@@ -201,6 +208,7 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
             with contextlib.suppress(OSError):
                 conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
             conn.close()
+    return started
 
 
 # -- the run's side -----------------------------------------------------------------------------
