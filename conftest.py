@@ -109,3 +109,20 @@ def model_dir(tmp_path):
     (d / "saved_model.pb").write_bytes(b"pb")
     (d / "variables" / "variables.index").write_bytes(b"idx")
     return str(d)
+
+
+@pytest.fixture(scope="module")
+def warm_python():
+    """A warm server (pipelines/warm.py, the way a local run starts its tasks) whose shim
+    starts `python -m components.train ...` as a fork of one process that imported
+    TensorFlow and the trainer: each worker is still its own process with its own
+    environment, streams, signals and exit code, without paying TensorFlow's import again.
+    Yields (python, environment) for the command line. The multi-process training tests that
+    SIGTERM their workers use it (the client passes a SIGTERM on); the SIGKILL test starts its
+    processes cold, since a SIGKILL stops at the process it hits."""
+    from pipelines.warm import warm_server
+
+    preload = ("components", "tensorflow", "tf_keras", "components.train.logic", "components.train.model",
+               "components.train.runtime", "components.train.launch", "components.train.__main__")
+    with warm_server(preload=preload, modules=("components.train",)) as server:
+        yield server.python, server.environment

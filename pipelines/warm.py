@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict
 from unittest import mock
@@ -212,13 +213,18 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
 
 
 # -- the run's side -----------------------------------------------------------------------------
+@dataclass
+class WarmServer:
+    process: subprocess.Popen
+    python: str  # the shim to run where a command says python3
+    environment: Dict[str, str]  # what the shim needs in its environment
+
+
 @contextlib.contextmanager
-def warm_tasks(preload=PRELOAD):
-    """Starts the warm server and makes kfp.local's `python3` the warm client for the
-    duration; yields the server process (None with GPUPIPE_WARM_START=0: no-op)."""
-    if not enabled():
-        yield None
-        return
+def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
+    """Starts the warm server and writes the shim; changes nothing else. `python -m MODULE
+    ...` through the shim, with `environment` set, runs warm for a MODULE in `modules`,
+    anything else as plain Python."""
     home = tempfile.mkdtemp(prefix="gpupipe-warm-")
     path = os.path.join(home, "tasks.sock")
     shim = os.path.join(home, "python3")
@@ -226,23 +232,36 @@ def warm_tasks(preload=PRELOAD):
     with open(shim, "w", encoding="utf-8") as f:  # what kfp.local puts where the command says python3
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{client}" "$@"\n')
     os.chmod(shim, 0o755)
-    server = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable}
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable,
+                   warm_client.MODULES_ENV: ",".join(modules)}
     try:
-        with mock.patch.dict(os.environ, environment), mock.patch.object(sys, "executable", shim):
-            yield server
+        yield WarmServer(process, shim, environment)
     finally:
-        server.terminate()
+        process.terminate()
         try:
-            server.wait(timeout=10)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            server.kill()
+            process.kill()
         for name in (path, path + ".tmp", shim):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
         with contextlib.suppress(OSError):
             os.rmdir(home)
+
+
+@contextlib.contextmanager
+def warm_tasks(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
+    """A warm server for a kfp.local run: for the duration, kfp.local's `python3` (this
+    process's sys.executable) is the shim. Yields the server process (None with
+    GPUPIPE_WARM_START=0: no-op)."""
+    if not enabled():
+        yield None
+        return
+    with warm_server(preload, modules) as server, mock.patch.dict(os.environ, server.environment), \
+            mock.patch.object(sys, "executable", server.python):
+        yield server.process
 
 
 if __name__ == "__main__":

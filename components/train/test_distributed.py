@@ -1,7 +1,9 @@
 """The real train entry point (`python -m components.train`) as separate processes:
 two workers under MultiWorkerMirroredStrategy (TF_CONFIG on loopback), and preemption:
 SIGKILL then resume, SIGTERM then checkpoint and exit 143, on one process and on one of
-two workers."""
+two workers. The SIGKILL test starts its processes cold; the others warm (the root
+conftest's `warm_python`: forks of a process that imported TensorFlow, as a warm local run
+starts its tasks)."""
 import json
 import os
 import signal
@@ -16,22 +18,25 @@ import pytest
 from components.train.launch import INDEX_ENV, WORKERS_ENV
 from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 
-pytestmark = pytest.mark.unit
+# One worker runs this file: the warm tests share one warm server (module scope; ./dev test: --dist loadgroup).
+pytestmark = [pytest.mark.unit, pytest.mark.xdist_group("train-processes")]
 
 # Enough steps that a kill lands mid-run: 120 epochs x 9 steps, a checkpoint every 25 steps.
 LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])
 
 
-def train_command(examples, stats, model_dir, backup_dir, report_dir, **settings):
+def train_command(examples, stats, model_dir, backup_dir, report_dir, warm=None, **settings):
+    """The worker's command line: `python -m components.train ...`, with `warm` (the
+    warm_python fixture) through the warm server's shim."""
     s = penguin_settings(**settings)
-    return [sys.executable, "-m", "components.train", "--examples", examples, "--statistics", stats,
+    return [warm[0] if warm else sys.executable, "-m", "components.train", "--examples", examples, "--statistics", stats,
             "--model-dir", str(model_dir), "--columns", PENGUIN_COLUMNS.model_dump_json(),
             "--settings", s.model_dump_json(), "--backup-dir", str(backup_dir),
             "--report-dir", str(report_dir)]
 
 
-def env(**extra):
-    return {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **extra}
+def env(warm=None, **extra):
+    return {**os.environ, **(warm[1] if warm else {}), "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **extra}
 
 
 def report(report_dir) -> dict:
@@ -48,7 +53,7 @@ def free_ports(n):
     return ports
 
 
-def start_workers(tmp_path, examples, stats, jobset=False, **settings):
+def start_workers(tmp_path, examples, stats, jobset=False, warm=None, **settings):
     """Two `python -m components.train` processes on loopback: under one TF_CONFIG (as the
     training-operator gives a TFJob's workers), or, `jobset`, with the environment a JobSet's
     workers get (the worker host list and the Indexed Job's completion index), from which
@@ -62,18 +67,20 @@ def start_workers(tmp_path, examples, stats, jobset=False, **settings):
             tf_config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
             extra = {"TF_CONFIG": json.dumps(tf_config)}
         cmd = train_command(examples, stats, tmp_path / "model", tmp_path / "backup", tmp_path / f"report-{index}",
-                            **settings)
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(**extra), stdout=subprocess.PIPE,
+                            warm=warm, **settings)
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env(warm, **extra), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     return procs
 
 
-def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin_examples, penguin_validation):
+def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin_examples, penguin_validation,
+                                                               warm_python):
     model_dir = tmp_path / "model"
     scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
     scratch.mkdir()
     # With gradient accumulation (k=2): each worker accumulates, the all-reduce runs when applying.
-    procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, epochs=2,
+    procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, warm=warm_python,
+                          epochs=2,
                           batch_size=16, gradient_accumulation_steps=2,
                           cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -130,7 +137,7 @@ def test_sigkill_then_rerun_resumes_with_the_same_total_steps(tmp_path, penguin_
 
 
 def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from_it(
-        tmp_path, monkeypatch, penguin_examples, penguin_validation):
+        tmp_path, monkeypatch, penguin_examples, penguin_validation, warm_python):
     """As on the cluster: the backup lives under the run's remote root (gs://, here the GCS
     emulator), the first pod is preempted (SIGTERM: checkpoint, exit 143), and the retry runs
     in a new process with another local scratch directory: it fetches the backup and resumes."""
@@ -141,11 +148,11 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         home = f"gs://{bucket}/root/penguins/run-1/train/backup"
         settings = dict(LONG, epochs=40)  # each checkpoint is uploaded: fewer steps, fewer uploads
         cmd = train_command(penguin_examples, penguin_validation["statistics"], tmp_path / "model", home,
-                            tmp_path / "report", **settings)
+                            tmp_path / "report", warm=warm_python, **settings)
         scratch = [tmp_path / "scratch-pod-1", tmp_path / "scratch-pod-2"]
         for s in scratch:
             s.mkdir()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(GPUPIPE_SCRATCH_DIR=str(scratch[0])), stdout=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env(warm_python, GPUPIPE_SCRATCH_DIR=str(scratch[0])), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 300
         while not any(b.name.endswith("/checkpoint") for b in gcs_client().list_blobs(bucket)):
@@ -158,7 +165,7 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         assert not (tmp_path / "model" / "saved_model.pb").exists()
         assert not list(scratch[0].iterdir()), "the local mirror of the backup outlived the process"
 
-        rerun = subprocess.run(cmd, cwd=ROOT, env=env(GPUPIPE_SCRATCH_DIR=str(scratch[1])), capture_output=True,
+        rerun = subprocess.run(cmd, cwd=ROOT, env=env(warm_python, GPUPIPE_SCRATCH_DIR=str(scratch[1])), capture_output=True,
                                text=True, timeout=600)
         assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
         assert f"backup: {home} (" in rerun.stdout and "file(s) fetched" in rerun.stdout
@@ -173,10 +180,11 @@ def test_sigterm_checkpoints_to_the_remote_backup_and_a_new_process_resumes_from
         assert not [b.name for b in gcs_client().list_blobs(bucket)], "the backup outlived the whole model"
 
 
-def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, penguin_examples, penguin_validation):
+def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, penguin_examples, penguin_validation,
+                                                                 warm_python):
     settings = dict(LONG, epochs=25, batch_size=16)
     stats = penguin_validation["statistics"]
-    procs = start_workers(tmp_path, penguin_examples, stats, **settings)
+    procs = start_workers(tmp_path, penguin_examples, stats, warm=warm_python, **settings)
     wait_for_checkpoint(tmp_path / "backup", procs[0])
     procs[1].send_signal(signal.SIGTERM)  # the node of the second worker is preempted
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -185,7 +193,7 @@ def test_sigterm_to_one_worker_checkpoints_both_then_both_resume(tmp_path, pengu
     assert all("exiting with 143" in out for out in outputs)  # the chief learnt of it through the all-reduce
     assert not (tmp_path / "model" / "saved_model.pb").exists()
 
-    procs = start_workers(tmp_path, penguin_examples, stats, **settings)
+    procs = start_workers(tmp_path, penguin_examples, stats, warm=warm_python, **settings)
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     resumed = report(tmp_path / "report-0")
