@@ -111,18 +111,43 @@ def model_dir(tmp_path):
     return str(d)
 
 
-@pytest.fixture(scope="module")
-def warm_python():
-    """A warm server (pipelines/warm.py, the way a local run starts its tasks) whose shim
-    starts `python -m components.train ...` as a fork of one process that imported
-    TensorFlow and the trainer: each worker is still its own process with its own
-    environment, streams, signals and exit code, without paying TensorFlow's import again.
-    Yields (python, environment) for the command line. The multi-process training tests that
-    SIGTERM their workers use it (the client passes a SIGTERM on); the SIGKILL test starts its
-    processes cold, since a SIGKILL stops at the process it hits."""
-    from pipelines.warm import warm_server
+@pytest.fixture(scope="session", autouse=True)
+def warm_session():
+    """One warm server per test process (pipelines/warm.py), announced in the environment:
+    the local runs of the tests (`gpupipe run` in a subprocess, run_local in process) fork
+    their tasks from it instead of each starting a server that imports TensorFlow again,
+    and so do the multi-process training tests (`warm_python`). Every task is still its own
+    process with its own environment, streams, signals and exit code. The compiled-YAML run
+    on GCS and tests/test_warm.py clear these variables to run cold or with a server of
+    their own."""
+    from pipelines import warm
 
-    preload = ("components", "tensorflow", "tf_keras", "components.train.logic", "components.train.model",
-               "components.train.runtime", "components.train.launch", "components.train.__main__")
-    with warm_server(preload=preload, modules=("components.train",)) as server:
-        yield server.python, server.environment
+    preload = (*warm.EVERYTHING, "components.train.launch", "components.train.__main__")
+    previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # as a run sets it before its server imports TensorFlow
+    try:
+        with warm.warm_server(preload=preload, modules=("kfp.dsl.executor_main", "components.train")) as server:
+            if previous is None:
+                os.environ.pop("TF_CPP_MIN_LOG_LEVEL")
+            else:
+                os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
+            saved = {k: os.environ.get(k) for k in server.environment}
+            os.environ.update(server.environment)
+            yield server
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    finally:
+        if previous is not None:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
+
+
+@pytest.fixture
+def warm_python(warm_session):
+    """(python, environment) for `python -m components.train ...` through the session's warm
+    server: the multi-process training tests that SIGTERM their workers use it (the client
+    passes a SIGTERM on); the SIGKILL test starts its processes cold, since a SIGKILL stops at
+    the process it hits."""
+    return warm_session.python, warm_session.environment

@@ -42,6 +42,7 @@ from unittest import mock
 from pipelines import warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
+SHIM_ENV = "GPUPIPE_WARM_SHIM"  # set with the client's variables: a server this environment can use
 # What every task needs (the KFP executor, the components' modules): imported first.
 PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.component", "components.ingest.component",
            "components.validate.component", "components.train.component", "components.evaluate.component",
@@ -62,6 +63,9 @@ STEP_NEEDS = {
     "push": ("tensorflow", "tensorflow_serving.apis.prediction_log_pb2", "components.push.logic"),
     "report": ("plotly", "components.report.logic"),
 }
+
+
+EVERYTHING = tuple(dict.fromkeys([*PRELOAD, *(m for step in STEP_ORDER for m in STEP_NEEDS[step])]))
 
 
 def lookahead(step: str) -> list:
@@ -235,7 +239,7 @@ def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
     process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable,
-                   warm_client.MODULES_ENV: ",".join(modules)}
+                   warm_client.MODULES_ENV: ",".join(modules), SHIM_ENV: shim}
     try:
         yield WarmServer(process, shim, environment)
     finally:
@@ -255,9 +259,16 @@ def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
 def warm_tasks(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
     """A warm server for a kfp.local run: for the duration, kfp.local's `python3` (this
     process's sys.executable) is the shim. Yields the server process (None with
-    GPUPIPE_WARM_START=0: no-op)."""
+    GPUPIPE_WARM_START=0: no-op; None also when the environment names a running server,
+    GPUPIPE_WARM_SHIM and GPUPIPE_WARM_SOCKET, which is then used instead of a new one)."""
     if not enabled():
         yield None
+        return
+    shared = os.environ.get(SHIM_ENV, "")
+    if shared and os.path.exists(shared) and os.environ.get(warm_client.SOCKET_ENV):
+        # A server the calling environment already runs (a test session's): use it.
+        with mock.patch.object(sys, "executable", shared):
+            yield None
         return
     with warm_server(preload, modules) as server, mock.patch.dict(os.environ, server.environment), \
             mock.patch.object(sys, "executable", server.python):

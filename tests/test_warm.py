@@ -38,6 +38,13 @@ def _run(task_fn, capfd, **kwargs):
     return task, out + err
 
 
+@pytest.fixture(autouse=True)
+def no_session_server(monkeypatch):
+    """These tests start servers of their own (the session's is announced in the environment)."""
+    for name in (warm.SHIM_ENV, warm.warm_client.SOCKET_ENV, warm.warm_client.MODULES_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture()
 def kfp_local(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -57,7 +64,7 @@ def test_a_warm_task_is_the_forked_server_with_the_runs_environment_and_streams(
     assert seen["argv0"].endswith("executor_main.py")  # `python -m kfp.dsl.executor_main`, as cold
     assert "task says hello" in printed and "task warns hello" in printed  # both streams reach kfp.local
     assert server.poll() is not None  # stopped with the run
-    assert sys.executable != "" and "gpupipe-warm" not in sys.executable  # restored
+    assert "gpupipe-warm" not in sys.executable  # restored
 
 
 def test_a_failing_warm_task_fails_with_its_traceback_as_a_cold_one_does(kfp_local, capfd):
@@ -81,6 +88,19 @@ def test_off_or_gone_the_tasks_run_cold(kfp_local, capfd, monkeypatch):
         assert server is None
         task, _ = _run(describe, capfd, tag="off")
     assert json.loads(task.output)["tag"] == "from-the-run"
+
+
+def test_a_run_inside_an_environment_with_a_server_uses_that_server(kfp_local, capfd, monkeypatch):
+    """A nested run (a test session's server, announced in the environment) starts none."""
+    import json
+
+    with warm.warm_server(preload=LIGHT) as outer:
+        for name, value in outer.environment.items():
+            monkeypatch.setenv(name, value)
+        with warm.warm_tasks(preload=LIGHT) as own:
+            assert own is None
+            task, _ = _run(describe, capfd, tag="nested")
+    assert json.loads(task.output)["ppid"] == outer.process.pid
 
 
 def test_the_client_runs_the_executor_warm_and_forwards_sigterm_as_128_plus_the_signal(tmp_path):

@@ -2,8 +2,8 @@
 two workers under MultiWorkerMirroredStrategy (TF_CONFIG on loopback), and preemption:
 SIGKILL then resume, SIGTERM then checkpoint and exit 143, on one process and on one of
 two workers. The SIGKILL test starts its processes cold; the others warm (the root
-conftest's `warm_python`: forks of a process that imported TensorFlow, as a warm local run
-starts its tasks)."""
+conftest's `warm_python`: forks of the session's warm server, which imported TensorFlow,
+as a warm local run starts its tasks)."""
 import json
 import os
 import signal
@@ -18,8 +18,7 @@ import pytest
 from components.train.launch import INDEX_ENV, WORKERS_ENV
 from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 
-# One worker runs this file: the warm tests share one warm server (module scope; ./dev test: --dist loadgroup).
-pytestmark = [pytest.mark.unit, pytest.mark.xdist_group("train-processes")]
+pytestmark = pytest.mark.unit
 
 # Enough steps that a kill lands mid-run: 120 epochs x 9 steps, a checkpoint every 25 steps.
 LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])
