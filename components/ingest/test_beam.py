@@ -16,7 +16,8 @@ from components.ingest.beam import ingest_data_beam, staging_location
 from components.ingest.logic import ingest_data, pick_engine, run_ingest
 from components.ingest.settings import DataSettings
 
-pytestmark = pytest.mark.unit
+# One worker runs this file: its tests share the module's Beam job (./dev test: --dist loadgroup).
+pytestmark = [pytest.mark.unit, pytest.mark.xdist_group("beam-job")]
 
 MULTI_PROCESS = ["--runner=DirectRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 COLUMNS = dict(label="label", numeric_features=["x", "y"], categorical_features=["id", "color"])
