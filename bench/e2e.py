@@ -35,22 +35,31 @@ _METRIC_LINE = re.compile(r"^  eval (\w+): ([\d.]+) ")
 
 # What each step's task loads before it can work: the KFP executor, the step, and the
 # libraries its logic imports where it needs them (TensorFlow is imported inside
-# functions, so importing the logic module alone would not show it).
+# functions, so importing the logic module alone would not show it). The storage client
+# of the config's data source (fingerprint, ingest) and serving base (fingerprint, push)
+# comes on top: the storage layer imports google-cloud-storage only for gs:// and boto3
+# only for s3:// (STORE_CLIENTS).
 STEP_LIBRARIES = {
-    "fingerprint": ["components.sources.readers", "components.store.served", "google.cloud.storage"],
+    "fingerprint": ["components.sources.readers", "components.store.served"],
     "ingest": ["tensorflow", "tfx_bsl.coders.example_coder", "pyarrow.csv"],
     "validate": ["tensorflow_data_validation"],
     "train": ["components.train.model", "components.train.runtime"],
     "evaluate": ["tensorflow"],
-    "push": ["tensorflow", "tensorflow_serving.apis.prediction_log_pb2", "google.cloud.storage"],
+    "push": ["tensorflow", "tensorflow_serving.apis.prediction_log_pb2"],
     "report": ["plotly.io", "tensorflow_metadata.proto.v0.anomalies_pb2", "google.protobuf.text_format"],
 }
+STORE_CLIENTS = {"gs://": "google.cloud.storage", "s3://": "boto3", "minio://": "boto3"}
 
 
-def startup_seconds(step: str, repeats: int = 3) -> float:
+def store_clients(step: str, data_source: str, serving_base: str) -> list:
+    uses = {"fingerprint": (data_source, serving_base), "ingest": (data_source,), "push": (serving_base,)}
+    return sorted({m for uri in uses.get(step, ()) for prefix, m in STORE_CLIENTS.items() if uri.startswith(prefix)})
+
+
+def startup_seconds(step: str, repeats: int = 3, clients: tuple = ()) -> float:
     """A fresh Python importing what the step's task loads before its work starts."""
     modules = ["kfp.dsl.executor_main", f"components.{step}.component", f"components.{step}.logic",
-               *STEP_LIBRARIES[step]]
+               *STEP_LIBRARIES[step], *clients]
     code = "import " + ", ".join(modules)
     times = []
     for _ in range(repeats):
@@ -92,8 +101,13 @@ def main() -> None:
 
     print("start-up per step (a fresh python importing the KFP executor, the step and its libraries; "
           "median of 3):")
-    for step in STEPS:
-        print(f"  {step:<11} {startup_seconds(step):5.2f} s")
+    from pipelines.config import load_config
+
+    data_source = args.data_source or load_config(ROOT / args.config).data.source
+    for step in STEPS:  # the runs below push to a local serving base (--serving-base in one_run)
+        clients = store_clients(step, data_source, "")
+        print(f"  {step:<11} {startup_seconds(step, clients=tuple(clients)):5.2f} s"
+              + (f"  (with {', '.join(clients)})" if clients else ""))
 
     runs = []
     for i in range(args.runs):
