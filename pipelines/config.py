@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from components.contracts.errors import GpupipeError
 from components.contracts.names import STEPS
 from components.contracts.pods import Toleration, check_quantity
-from components.contracts.settings import StorageSettings, Strict
+from components.contracts.settings import StorageSettings, Strict, check_secret_name
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
 from components.push.settings import NAME_RE, ServingSettings
@@ -153,8 +153,7 @@ class ClusterConfig(Strict):
     @classmethod
     def _secret_names(cls, v):
         for name in ([v] if isinstance(v, str) else v or []):
-            if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", name):
-                raise ValueError(f"'{name}' is not a Kubernetes Secret name (the name, never the secret itself)")
+            check_secret_name(name)
         return v
 
 

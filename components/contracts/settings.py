@@ -99,6 +99,14 @@ class Columns(Strict):
 ACCESS_KEY_ENV = s3.ACCESS_KEY_ENV
 SECRET_KEY_ENV = s3.SECRET_KEY_ENV
 _OBJECT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def check_secret_name(name: str) -> str:
+    """A Kubernetes Secret's name (a DNS subdomain), never the secret itself; else ValueError."""
+    if not _OBJECT_NAME_RE.match(name):
+        raise ValueError(f"'{name}' is not a Kubernetes Secret name (the name, never the secret itself)")
+    return name
+
 _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 _REGION_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")
 
@@ -154,9 +162,7 @@ class S3Settings(Strict):
     @field_validator("credentials_secret")
     @classmethod
     def _secret_name(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not _OBJECT_NAME_RE.match(v):
-            raise ValueError(f"'{v}' is not a Kubernetes Secret name (the name, never the secret itself)")
-        return v
+        return v if v is None else check_secret_name(v)
 
     @field_validator("access_key_key", "secret_key_key")
     @classmethod

@@ -71,11 +71,12 @@ def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
     if synthetic.is_synthetic(source):
         synthetic.parse_source(source)
         return [SourceFile(source, 0, "synthetic")]
+    one = None if storage.GLOB_CHARS.search(source) else storage.stat(source)
     if storage.GLOB_CHARS.search(source):
         entries = storage.glob(source)
         what = "matches no objects" if storage.is_remote(source) else "matches no files"
-    elif storage.stat(source) is not None:
-        entries = [storage.stat(source)]
+    elif one is not None:
+        entries = [one]
         what = ""
     else:  # a directory or prefix: the files under it
         entries = storage.list_prefix(source)

@@ -133,12 +133,13 @@ def relative(entry: Entry, prefix: str) -> str:
 def open_for_reading(uri: str, what: str) -> BinaryIO:
     """A stream of the file or object; a missing one is a GpupipeError naming `what` (the
     config key) and the path."""
-    if stat(uri) is None:
+    entry = stat(uri)
+    if entry is None:
         if is_remote(uri):
             raise GpupipeError(f"{what}: {uri} does not exist; check the bucket and object name")
         raise GpupipeError(f"{what}: file not found: {uri}; fix the path (relative paths start at the working "
                            "directory)")
-    return backend(uri).open_read(uri)
+    return backend(uri).open_read(entry)
 
 
 def read_bytes(uri: str) -> Optional[bytes]:

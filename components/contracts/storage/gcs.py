@@ -47,8 +47,8 @@ class GCSBackend:
     def list(self, uri: str) -> List[Entry]:
         return self.scan(uri.rstrip("/") + "/")
 
-    def open_read(self, uri: str) -> BinaryIO:
-        return _blob(uri).open("rb")
+    def open_read(self, entry: Entry) -> BinaryIO:
+        return _blob(entry.uri).open("rb")
 
     def read_versioned(self, uri: str):
         from google.api_core.exceptions import NotFound, PreconditionFailed

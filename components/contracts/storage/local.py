@@ -49,8 +49,8 @@ class LocalBackend:
                     found.append(self.stat(os.path.join(d, n)))
         return [e for e in found if e is not None]
 
-    def open_read(self, uri: str) -> BinaryIO:
-        return open(uri, "rb")
+    def open_read(self, entry: Entry) -> BinaryIO:
+        return open(entry.uri, "rb")
 
     def read_versioned(self, uri: str):
         try:

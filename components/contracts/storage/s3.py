@@ -141,10 +141,10 @@ class S3Backend:
     def list(self, uri: str) -> List[Entry]:
         return self.scan(uri.rstrip("/") + "/")
 
-    def open_read(self, uri: str) -> BinaryIO:
-        bucket, key = split(uri)
-        size = int(client().head_object(Bucket=bucket, Key=key)["ContentLength"])
-        return io.BufferedReader(_RangeReader(bucket, key, size), buffer_size=READ_BLOCK)
+    def open_read(self, entry: Entry) -> BinaryIO:
+        """A seekable stream of the object `entry` (its size from the listing or stat)."""
+        bucket, key = split(entry.uri)
+        return io.BufferedReader(_RangeReader(bucket, key, entry.size), buffer_size=READ_BLOCK)
 
     def read_versioned(self, uri: str):
         bucket, key = split(uri)
@@ -202,7 +202,7 @@ class _lock_object:
         self.settle = float(os.environ.get(LOCK_SETTLE_ENV, "0.2"))
 
     def _holder(self) -> Optional[dict]:
-        data = S3Backend().read_versioned(self.uri)[0]
+        data = BACKEND.read_versioned(self.uri)[0]
         try:
             return json.loads(data) if data else None
         except ValueError:
@@ -213,7 +213,7 @@ class _lock_object:
         while time.time() < deadline:
             held = self._holder()
             if held is None or float(held.get("expires", 0)) < time.time():
-                S3Backend()._put(self.uri, json.dumps({"owner": self.owner, "expires": time.time() + self.ttl}).encode(),
+                BACKEND._put(self.uri, json.dumps({"owner": self.owner, "expires": time.time() + self.ttl}).encode(),
                                  ANY)
                 time.sleep(self.settle)
                 if (self._holder() or {}).get("owner") == self.owner:
@@ -224,7 +224,7 @@ class _lock_object:
 
     def __exit__(self, *exc):
         if (self._holder() or {}).get("owner") == self.owner:
-            S3Backend().delete(self.uri)
+            BACKEND.delete(self.uri)
         return False
 
 
