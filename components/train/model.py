@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
@@ -22,9 +22,9 @@ PREDICTIONS = names.PREDICTIONS
 
 
 class FillMissing(tf_keras.layers.Layer):
-    """Replaces NaN (a missing numeric value) with a constant: the training mean."""
+    """Replaces NaN (a missing numeric value) with a constant per column: the training mean."""
 
-    def __init__(self, value: float, **kwargs):
+    def __init__(self, value, **kwargs):
         super().__init__(**kwargs)
         self.value = value
 
@@ -33,6 +33,22 @@ class FillMissing(tf_keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "value": self.value}
+
+
+class SharedTableRows(tf_keras.layers.Layer):
+    """Per-feature ids ([batch, 1] each) -> [batch, features] rows of one shared table:
+    feature i's ids shifted by `offsets[i]`, the rows of the features before it."""
+
+    def __init__(self, offsets: List[int], **kwargs):
+        super().__init__(**kwargs)
+        self.offsets = list(offsets)
+
+    def call(self, inputs):
+        ids = tf.concat([tf.cast(x, tf.int64) for x in inputs], axis=-1)
+        return ids + tf.constant(self.offsets, tf.int64)
+
+    def get_config(self):
+        return {**super().get_config(), "offsets": self.offsets}
 
 
 class CrossLayer(tf_keras.layers.Layer):
@@ -54,33 +70,57 @@ def model_inputs(specs: FeatureSpecs) -> Dict[str, tf_keras.Input]:
     return inputs
 
 
+# The feature layers work on all the features of a kind at once (one imputation and
+# normalisation over [batch, numeric features], one embedding table for every categorical
+# feature) rather than one layer chain per feature: the same model, with a train step of
+# a third of the ops to trace and optimise before the first step (1,265 -> 422 on the
+# click-through model: 26 embedding tables, their gradients and their optimizer updates
+# become one of each; docs/benchmarks.md, "Fourth round").
+
 def encode_numeric(specs: FeatureSpecs, inputs) -> List[tf.Tensor]:
-    """Imputed (training mean) and standardised numeric features, [batch, 1] each."""
-    out = []
-    for f in specs.numeric:
-        x = FillMissing(f.mean, name=f"{f.name}_fill")(inputs[f.name])
-        out.append(tf_keras.layers.Normalization(mean=f.mean, variance=f.std ** 2, name=f"{f.name}_norm")(x))
-    return out
+    """The numeric features imputed (training mean) and standardised: one [batch, numeric
+    features] tensor in spec order, in a list (empty without numeric features)."""
+    if not specs.numeric:
+        return []
+    x = _concat([inputs[f.name] for f in specs.numeric], "numeric")
+    x = FillMissing([f.mean for f in specs.numeric], name="numeric_fill")(x)
+    return [tf_keras.layers.Normalization(mean=[f.mean for f in specs.numeric],
+                                          variance=[f.std ** 2 for f in specs.numeric], name="numeric_norm")(x)]
 
 
-def categorical_ids(specs: FeatureSpecs, inputs) -> Dict[str, tf.Tensor]:
-    """Integer ids per categorical feature: vocabulary lookup (0 = out of vocabulary) or hashing."""
-    ids = {}
+def table_offsets(specs: FeatureSpecs) -> List[int]:
+    """Each categorical feature's first row in the shared table (its rows: its cardinality)."""
+    offsets, row = [], 0
+    for f in specs.categorical:
+        offsets.append(row)
+        row += f.cardinality
+    return offsets
+
+
+def categorical_ids(specs: FeatureSpecs, inputs) -> Optional[tf.Tensor]:
+    """[batch, categorical features] rows of the shared table, in spec order: each feature's
+    vocabulary lookup (its row 0 = out of vocabulary) or hash bucket, after the rows of the
+    features before it. None without categorical features."""
+    if not specs.categorical:
+        return None
+    ids = []
     for f in specs.categorical:
         if f.hash_buckets:
-            ids[f.name] = tf_keras.layers.Hashing(f.hash_buckets, name=f"{f.name}_hash")(inputs[f.name])
+            ids.append(tf_keras.layers.Hashing(f.hash_buckets, name=f"{f.name}_hash")(inputs[f.name]))
         else:
-            ids[f.name] = tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1,
-                                                       name=f"{f.name}_lookup")(inputs[f.name])
-    return ids
+            ids.append(tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1,
+                                                    name=f"{f.name}_lookup")(inputs[f.name]))
+    return SharedTableRows(table_offsets(specs), name="categorical_rows")(ids)
 
 
 def embed_categorical(specs: FeatureSpecs, ids, embedding_dim: int) -> List[tf.Tensor]:
-    out = []
-    for f in specs.categorical:
-        emb = tf_keras.layers.Embedding(f.cardinality, embedding_dim, name=f"{f.name}_embed")(ids[f.name])
-        out.append(tf_keras.layers.Flatten(name=f"{f.name}_flat")(emb))
-    return out
+    """The categorical features' embeddings from one table: [batch, features x
+    embedding_dim] in spec order, in a list (empty without categorical features)."""
+    if ids is None:
+        return []
+    rows = sum(f.cardinality for f in specs.categorical)
+    emb = tf_keras.layers.Embedding(rows, embedding_dim, name="categorical_embeddings")(ids)
+    return [tf_keras.layers.Flatten(name="categorical_flat")(emb)]
 
 
 def output_layer(specs: FeatureSpecs, x):
@@ -105,8 +145,10 @@ def _concat(parts, name):
 
 
 class FeatureParts:
-    """What every family builds on: the raw inputs, the categorical ids, the encoded
-    numeric features, and the dense vector (numerics and embeddings) through the tower."""
+    """What every family builds on: the raw inputs, the categorical ids (`ids`: [batch,
+    categorical features] rows of the shared table, or None), the encoded numeric features
+    (`numeric`: a list of one [batch, numeric features] tensor, or empty), and the dense
+    vector (numerics and embeddings) through the tower."""
 
     def __init__(self, specs: FeatureSpecs, hidden_units: List[int], embedding_dim: int):
         self.specs = specs
@@ -139,8 +181,11 @@ def dnn(parts: FeatureParts, settings: TrainSettings):
 @model_family("wide_deep")
 def wide_deep(parts: FeatureParts, settings: TrainSettings):
     """The tower plus a wide linear part over one-hot categorical ids and the numerics."""
-    wide = [tf_keras.layers.CategoryEncoding(f.cardinality, output_mode="one_hot", name=f"{f.name}_onehot")(
-        parts.ids[f.name]) for f in parts.specs.categorical]
+    wide = []
+    if parts.ids is not None:  # each feature's one-hot, side by side: its rows of the shared table
+        rows = sum(f.cardinality for f in parts.specs.categorical)
+        wide.append(tf_keras.layers.CategoryEncoding(rows, output_mode="multi_hot", name="categorical_onehot")(
+            parts.ids))
     return _concat([parts.deep, *wide, *parts.numeric], "wide_and_deep")
 
 
@@ -210,7 +255,15 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     (local scratch) during the first epoch and reads them back in later epochs, which
     skips decompression and parsing (the costly part on the CPU: about 10 of 16
     core-microseconds per example here). Cached batches are replayed in a new order
-    every epoch; the examples inside a batch stay together."""
+    every epoch; the examples inside a batch stay together.
+
+    Reads and parses run on every core the process may use (`input_parallelism`), set
+    rather than left to tf.data's autotuner: its model thread, once training has run
+    for a while, sleeps for up to its optimisation period (tens of seconds), and an
+    iterator read inside `fit`'s train function waits for it when it is destroyed,
+    which is the end of `fit`. On the click-through example that was 8-17 s of a 50 s
+    train task doing nothing; with the autotuner off the teardown takes 0.3 s and the
+    input delivers the same examples/s (docs/benchmarks.md, "Fourth round")."""
     if cache not in names.INPUT_CACHES:
         raise GpupipeError(f"input cache: '{cache}' is not one of {', '.join(names.INPUT_CACHES)}")
     if cache == names.CACHE_DISK and not cache_dir:
@@ -225,31 +278,48 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
         parsed = tf.io.parse_example(serialized, spec)
         return parsed, to_target(parsed.pop(specs.label))
 
+    parallel = input_parallelism()
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed)
     ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
-                       cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE,
+                       cycle_length=min(len(files), 8), num_parallel_calls=min(len(files), 8, parallel),
                        deterministic=not shuffle)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed)
     if cache == names.CACHE_NONE:
         if repeat:
             ds = ds.repeat()
-        ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size).map(parse, num_parallel_calls=parallel)
     else:
         # The first pass parses and caches; later passes replay the parsed batches from
         # the cache in a new order.
-        ds = ds.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.cache(os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
+        ds = ds.batch(batch_size).map(parse, num_parallel_calls=parallel)
+        cached = ds.cache(os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
+        ds = cached
         if shuffle:  # batches held for reordering: fewer when memory is short (disk)
             ds = ds.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed)
         if repeat:
-            ds = ds.repeat()
+            # The first pass streams its batches as they are parsed (already in a shuffled
+            # order: the example buffer above), so training starts on the first batch, not
+            # after the whole split is parsed into the batch buffer; the later passes are
+            # the reordered replay. Both read the one cache.
+            ds = cached.concatenate(ds.repeat()) if shuffle else ds.repeat()
     options = tf.data.Options()
     # Few shards: shard by record, not by file, across multi-worker replicas.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.autotune.enabled = False  # the parallelism above is set (see the docstring)
+    # The prefetch buffer still grows while the model waits for input (tf.data's prefetch
+    # autotuner, which is not the model thread's).
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def input_parallelism() -> int:
+    """The cores this process may run on (its CPU affinity: a pod's cpuset, a taskset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def make_naive_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int) -> tf.data.Dataset:

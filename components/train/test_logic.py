@@ -115,6 +115,35 @@ def test_high_cardinality_features_are_hashed(penguin_validation):
     assert sex.hash_buckets == 0 and sorted(sex.vocabulary) == ["female", "male"]
 
 
+def test_categorical_features_share_one_embedding_table_with_a_block_of_rows_each(penguin_validation):
+    """island hashed into 64 buckets (rows 0-63), sex by vocabulary (row 64 out of
+    vocabulary, 65-66 its two values); numerics imputed and standardised together."""
+    import tf_keras
+
+    from components.train.model import build_model, categorical_ids, encode_numeric, model_inputs
+    from conftest import penguin_settings
+
+    stats = load_statistics(penguin_validation["statistics"], "train")
+    specs = specs_from_statistics(stats, "species", ["bill_length_mm", "body_mass_g"], ["island", "sex"],
+                                  max_vocabulary=2, hash_buckets=64)
+    inputs = model_inputs(specs)
+    probe = tf_keras.Model(inputs, [categorical_ids(specs, inputs), *encode_numeric(specs, inputs)])
+    rows, numeric = probe({"island": tf.constant([["Biscoe"], ["Dream"]]), "sex": tf.constant([["male"], ["?"]]),
+                           "bill_length_mm": tf.constant([[float("nan")], [39.1]]),
+                           "body_mass_g": tf.constant([[4000.0], [float("nan")]])})
+    sex_vocabulary = specs.categorical[1].vocabulary
+    island_buckets = tf_keras.layers.Hashing(64)(tf.constant([["Biscoe"], ["Dream"]])).numpy().reshape(-1)
+    np.testing.assert_array_equal(rows.numpy(), [[island_buckets[0], 64 + 1 + sex_vocabulary.index("male")],
+                                                 [island_buckets[1], 64]])
+    bill, mass = specs.numeric
+    np.testing.assert_allclose(numeric.numpy(), [[0.0, (4000.0 - mass.mean) / mass.std],
+                                                 [(39.1 - bill.mean) / bill.std, 0.0]], rtol=1e-4, atol=1e-5)
+
+    model = build_model(specs, penguin_settings())
+    tables = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.Embedding)]
+    assert [t.input_dim for t in tables] == [64 + 3]
+
+
 def test_optimizers_by_name():
     import tf_keras
 
