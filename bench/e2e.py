@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -57,14 +58,18 @@ def store_clients(step: str, data_source: str, serving_base: str) -> list:
 
 
 def startup_seconds(step: str, repeats: int = 3, clients: tuple = ()) -> float:
-    """A fresh Python importing what the step's task loads before its work starts."""
+    """A fresh Python importing what the step's task loads before its work starts, with
+    the environment of the task's command: the compiled executor command sets
+    `_KFP_RUNTIME=true`, under which kfp's package skips its compile-time imports (the
+    KFP client and the Kubernetes client: about 1.1 s)."""
     modules = ["kfp.dsl.executor_main", f"components.{step}.component", f"components.{step}.logic",
                *STEP_LIBRARIES[step], *clients]
     code = "import " + ", ".join(modules)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "_KFP_RUNTIME": "true"})
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
