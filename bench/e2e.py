@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipelines.warm import EXECUTOR_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report")
 _STEP_LINE = re.compile(r"^  (\w+)\s+SUCCESS\s+([\d.]+)s$")
@@ -59,9 +61,8 @@ def store_clients(step: str, data_source: str, serving_base: str) -> list:
 
 def startup_seconds(step: str, repeats: int = 3, clients: tuple = ()) -> float:
     """A fresh Python importing what the step's task loads before its work starts, with
-    the environment of the task's command: the compiled executor command sets
-    `_KFP_RUNTIME=true`, under which kfp's package skips its compile-time imports (the
-    KFP client and the Kubernetes client: about 1.1 s)."""
+    the variables of the task's command (pipelines.warm.EXECUTOR_ENV: kfp then skips its
+    compile-time imports, the KFP and Kubernetes clients, about 1.1 s)."""
     modules = ["kfp.dsl.executor_main", f"components.{step}.component", f"components.{step}.logic",
                *STEP_LIBRARIES[step], *clients]
     code = "import " + ", ".join(modules)
@@ -69,7 +70,7 @@ def startup_seconds(step: str, repeats: int = 3, clients: tuple = ()) -> float:
     for _ in range(repeats):
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, stderr=subprocess.DEVNULL,
-                       env={**os.environ, "_KFP_RUNTIME": "true"})
+                       env={**os.environ, **EXECUTOR_ENV})
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 

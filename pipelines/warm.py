@@ -43,6 +43,9 @@ from pipelines import warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
 SHIM_ENV = "GPUPIPE_WARM_SHIM"  # set with the client's variables: a server this environment can use
+# What the compiled executor command sets before `python3 -m kfp.dsl.executor_main`: kfp's
+# package then skips its compile-time imports (the KFP and Kubernetes clients, about 1 s).
+EXECUTOR_ENV = {"_KFP_RUNTIME": "true"}
 # What every task needs (the KFP executor, the components' modules): imported first.
 PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.component", "components.ingest.component",
            "components.validate.component", "components.train.component", "components.evaluate.component",
@@ -236,11 +239,10 @@ def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
     with open(shim, "w", encoding="utf-8") as f:  # what kfp.local puts where the command says python3
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{client}" "$@"\n')
     os.chmod(shim, 0o755)
-    # The tasks' own variable (their command sets it): kfp's package then skips its
-    # compile-time imports (the KFP and Kubernetes clients, about 1 s), as in each pod.
+    # The server imports kfp as each task's own command does (EXECUTOR_ENV), as in each pod.
     process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "_KFP_RUNTIME": "true"})
+                               env={**os.environ, **EXECUTOR_ENV})
     environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable,
                    warm_client.MODULES_ENV: ",".join(modules), SHIM_ENV: shim}
     try:

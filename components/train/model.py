@@ -97,6 +97,11 @@ def table_offsets(specs: FeatureSpecs) -> List[int]:
     return offsets
 
 
+def table_rows(specs: FeatureSpecs) -> int:
+    """The shared table's rows: every categorical feature's block."""
+    return sum(f.cardinality for f in specs.categorical)
+
+
 def categorical_ids(specs: FeatureSpecs, inputs) -> Optional[tf.Tensor]:
     """[batch, categorical features] rows of the shared table, in spec order: each feature's
     vocabulary lookup (its row 0 = out of vocabulary) or hash bucket, after the rows of the
@@ -118,8 +123,7 @@ def embed_categorical(specs: FeatureSpecs, ids, embedding_dim: int) -> List[tf.T
     embedding_dim] in spec order, in a list (empty without categorical features)."""
     if ids is None:
         return []
-    rows = sum(f.cardinality for f in specs.categorical)
-    emb = tf_keras.layers.Embedding(rows, embedding_dim, name="categorical_embeddings")(ids)
+    emb = tf_keras.layers.Embedding(table_rows(specs), embedding_dim, name="categorical_embeddings")(ids)
     return [tf_keras.layers.Flatten(name="categorical_flat")(emb)]
 
 
@@ -183,9 +187,8 @@ def wide_deep(parts: FeatureParts, settings: TrainSettings):
     """The tower plus a wide linear part over one-hot categorical ids and the numerics."""
     wide = []
     if parts.ids is not None:  # each feature's one-hot, side by side: its rows of the shared table
-        rows = sum(f.cardinality for f in parts.specs.categorical)
-        wide.append(tf_keras.layers.CategoryEncoding(rows, output_mode="multi_hot", name="categorical_onehot")(
-            parts.ids))
+        wide.append(tf_keras.layers.CategoryEncoding(table_rows(parts.specs), output_mode="multi_hot",
+                                                     name="categorical_onehot")(parts.ids))
     return _concat([parts.deep, *wide, *parts.numeric], "wide_and_deep")
 
 
@@ -278,12 +281,12 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
         parsed = tf.io.parse_example(serialized, spec)
         return parsed, to_target(parsed.pop(specs.label))
 
-    parallel = input_parallelism()
+    parallel, cycle = input_parallelism(), min(len(files), 8)
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed)
     ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
-                       cycle_length=min(len(files), 8), num_parallel_calls=min(len(files), 8, parallel),
+                       cycle_length=cycle, num_parallel_calls=min(cycle, parallel),
                        deterministic=not shuffle)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed)
@@ -294,17 +297,20 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     else:
         # The first pass parses and caches; later passes replay the parsed batches from
         # the cache in a new order.
-        ds = ds.batch(batch_size).map(parse, num_parallel_calls=parallel)
-        cached = ds.cache(os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
-        ds = cached
-        if shuffle:  # batches held for reordering: fewer when memory is short (disk)
-            ds = ds.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed)
-        if repeat:
+        cached = ds.batch(batch_size).map(parse, num_parallel_calls=parallel).cache(
+            os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
+        # batches held for reordering: fewer when memory is short (disk)
+        replay = cached.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed) if shuffle else cached
+        if not repeat:
+            ds = replay
+        elif shuffle:
             # The first pass streams its batches as they are parsed (already in a shuffled
             # order: the example buffer above), so training starts on the first batch, not
             # after the whole split is parsed into the batch buffer; the later passes are
             # the reordered replay. Both read the one cache.
-            ds = cached.concatenate(ds.repeat()) if shuffle else ds.repeat()
+            ds = cached.concatenate(replay.repeat())
+        else:
+            ds = cached.repeat()
     options = tf.data.Options()
     # Few shards: shard by record, not by file, across multi-worker replicas.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
