@@ -14,17 +14,26 @@ S3: the ETag; local: inode and mtime), and `write_bytes(..., if_match=token)` wr
 if the object is still at that token (`ABSENT`: only if it does not exist), else raises
 `Conflict`. That is all the store needs for whole-or-nothing version numbers and
 read-change-write of models.config and the state record.
+
+Faults (docs/storage.md): every backend call goes through `_Classified`, which turns what
+the client raises into a `StorageError`, one line naming the URI, what happened
+(credentials missing or refused, permission denied, bucket or object not found, endpoint
+unreachable, throttled) and the fix; transient faults are first retried by the clients'
+own machinery, bounded by `storage.retry` (retry.py).
 """
 from __future__ import annotations
 
 import fnmatch
+import functools
 import glob as _glob
+import io
 import os
 import re
 from dataclasses import dataclass
 from typing import BinaryIO, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
+from components.contracts.storage.retry import StorageError, retries  # noqa: F401 (the layer's API)
 
 REMOTE_SCHEMES = ("gs://", "s3://", "minio://")
 GLOB_CHARS = re.compile(r"[*?\[]")
@@ -61,19 +70,111 @@ def scheme(uri: str) -> str:
     return uri.split("://", 1)[0] + "://" if is_remote(uri) else ""
 
 
+class _ClassifiedStream(io.RawIOBase):
+    """A backend's read stream whose faults (a read that fails after its retries) are
+    StorageErrors too."""
+
+    def __init__(self, raw, uri: str, classify):
+        self._raw, self._uri, self._classify = raw, uri, classify
+
+    def _call(self, name: str, *args):
+        from components.contracts.storage import retry
+
+        with retry.operation(self._uri):
+            try:
+                return getattr(self._raw, name)(*args)
+            except (Conflict, GpupipeError):
+                raise
+            except Exception as err:
+                classified = self._classify(err, self._uri)
+                if classified is None:
+                    raise
+                raise classified from None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    def readinto(self, buffer) -> int:
+        data = self._call("read", len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._call("read", size)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._call("readline", size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._call("seek", offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+class _Classified:
+    """A backend whose every operation turns the client's exceptions into StorageErrors
+    (`classify(err, uri)`: a StorageError, or None for what is not a storage fault, which
+    is raised as it is). Conflict and GpupipeError pass through."""
+
+    def __init__(self, backend, classify):
+        self._backend, self._classify = backend, classify
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._backend, name)  # AttributeError: the backend lacks it (hasattr works)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            from components.contracts.storage import retry
+
+            first = args[0] if args else ""
+            uri = first.uri if isinstance(first, Entry) else str(first)
+            if name in ("upload_file", "put_tree"):  # (local path, uri)
+                uri = str(args[1])
+            with retry.operation(uri):
+                try:
+                    result = attr(*args, **kwargs)
+                except (Conflict, GpupipeError):
+                    raise
+                except Exception as err:
+                    classified = self._classify(err, uri)
+                    if classified is None:
+                        raise
+                    raise classified from None
+            return _ClassifiedStream(result, uri, self._classify) if name == "open_read" else result
+
+        return call
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(kind: str):
+    if kind == "gs":
+        from components.contracts.storage import gcs as module
+    elif kind == "s3":
+        from components.contracts.storage import s3 as module
+    else:
+        from components.contracts.storage import local as module
+    return _Classified(module.BACKEND, module.classify)
+
+
 def backend(uri: str):
-    """The backend for `uri`'s scheme (local for a path)."""
+    """The backend for `uri`'s scheme (local for a path), its faults classified."""
     if uri.startswith("gs://"):
-        from components.contracts.storage import gcs
-
-        return gcs.BACKEND
+        return _backend("gs")
     if uri.startswith(("s3://", "minio://")):
-        from components.contracts.storage import s3
-
-        return s3.BACKEND
-    from components.contracts.storage import local
-
-    return local.BACKEND
+        return _backend("s3")
+    return _backend("local")
 
 
 def split(uri: str) -> Tuple[str, str]:
@@ -139,7 +240,7 @@ def open_for_reading(uri: str, what: str) -> BinaryIO:
             raise GpupipeError(f"{what}: {uri} does not exist; check the bucket and object name")
         raise GpupipeError(f"{what}: file not found: {uri}; fix the path (relative paths start at the working "
                            "directory)")
-    return backend(uri).open_read(entry)
+    return io.BufferedReader(backend(uri).open_read(entry), buffer_size=1 << 20)
 
 
 def read_bytes(uri: str) -> Optional[bytes]:

@@ -1,13 +1,26 @@
 """Google Cloud Storage through google-cloud-storage. Tokens are object generations; a
 conditional write sends `ifGenerationMatch` (0: only if absent), which GCS checks
-atomically. STORAGE_EMULATOR_HOST points the client at an emulator (anonymous)."""
+atomically. STORAGE_EMULATOR_HOST points the client at an emulator (anonymous).
+
+Every request takes a `Retry` built per operation from retry.policy(): the library's own
+predicate of what is transient (429, 5xx, connection errors, timeouts), exponential
+backoff with jitter, bounded by the attempts and the deadline, each retry counted and
+logged. Writes are retried too: an unconditional write puts the whole object (a replay
+leaves the same bytes), and a conditional one that finds, on its replay, a 412 caused by
+its own first try (the object now holds exactly these bytes) has succeeded.
+`classify` turns what is left into one-line StorageErrors."""
 from __future__ import annotations
 
 import functools
 import os
 from typing import BinaryIO, List, Optional
 
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry, split
+from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
+from components.contracts.storage.retry import StorageError
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
+READ_CHUNK = 8 << 20  # a read stream's request size
 
 
 @functools.lru_cache(maxsize=4)
@@ -22,7 +35,7 @@ def _client(emulator: str):
 
 
 def client():
-    return _client(os.environ.get("STORAGE_EMULATOR_HOST", ""))
+    return _client(os.environ.get(EMULATOR_ENV, ""))
 
 
 def _blob(uri: str):
@@ -30,36 +43,61 @@ def _blob(uri: str):
     return client().bucket(bucket).blob(name)
 
 
+def _retry(uri: str):
+    """A Retry for one operation on `uri` (the library's predicate, our bounds and count)."""
+    from google.api_core.retry import Retry
+    from google.cloud.storage.retry import _should_retry
+
+    p = retry.policy()
+    tries = [1]
+
+    def transient(err) -> bool:
+        if not _should_retry(err) or tries[0] >= p.attempts:
+            return False
+        tries[0] += 1
+        retry.note_retry("gs", uri, f"{type(err).__name__}: {err}", tries[0], p.attempts)
+        return True
+
+    return Retry(predicate=transient, initial=retry.INITIAL_BACKOFF, maximum=retry.MAX_BACKOFF, multiplier=2.0,
+                 timeout=p.deadline)
+
+
+def _kw(uri: str) -> dict:
+    p = retry.policy()
+    return {"retry": _retry(uri), "timeout": (p.connect_timeout, p.read_timeout)}
+
+
 class GCSBackend:
     def stat(self, uri: str) -> Optional[Entry]:
         bucket, name = split(uri)
         if not name:
             return None
-        blob = client().bucket(bucket).get_blob(name)
+        blob = client().bucket(bucket).get_blob(name, **_kw(uri))
         return None if blob is None else Entry(uri, int(blob.size or 0), str(blob.generation or ""))
 
     def scan(self, uri_prefix: str) -> List[Entry]:
         """Every object whose name starts with the prefix (not only at a `/`)."""
         bucket, prefix = split(uri_prefix)
         return [Entry(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation or ""))
-                for b in client().list_blobs(bucket, prefix=prefix) if not b.name.endswith("/")]
+                for b in client().list_blobs(bucket, prefix=prefix, **_kw(uri_prefix)) if not b.name.endswith("/")]
 
     def list(self, uri: str) -> List[Entry]:
         return self.scan(uri.rstrip("/") + "/")
 
     def open_read(self, entry: Entry) -> BinaryIO:
-        return _blob(entry.uri).open("rb")
+        kw = _kw(entry.uri)
+        return _blob(entry.uri).open("rb", chunk_size=READ_CHUNK, retry=kw["retry"], timeout=kw["timeout"])
 
     def read_versioned(self, uri: str):
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         bucket, name = split(uri)
-        blob = client().bucket(bucket).get_blob(name)
+        blob = client().bucket(bucket).get_blob(name, **_kw(uri))
         if blob is None:
             return None, ABSENT
         generation = blob.generation  # before the download, which resets it from the response's headers
         try:  # the bytes of exactly the generation whose number we keep
-            return blob.download_as_bytes(if_generation_match=generation), generation
+            return blob.download_as_bytes(if_generation_match=generation, **_kw(uri)), generation
         except (NotFound, PreconditionFailed):
             raise Conflict(uri) from None
 
@@ -67,25 +105,91 @@ class GCSBackend:
         from google.api_core.exceptions import PreconditionFailed
 
         generation = 0 if if_match is ABSENT else if_match
+        op = retry.current()
+        retried_before = op.retries if op is not None else 0
         try:
             _blob(uri).upload_from_string(data, content_type="application/octet-stream",
-                                          if_generation_match=generation)
+                                          if_generation_match=generation, **_kw(uri))
         except PreconditionFailed:
+            if op is not None and op.retries > retried_before and self._holds(uri, data):
+                return  # our first try landed and its answer was lost: the replay's 412 is our own write
             raise Conflict(uri) from None
+
+    def _holds(self, uri: str, data: bytes) -> bool:
+        bucket, name = split(uri)
+        blob = client().bucket(bucket).get_blob(name, **_kw(uri))
+        return blob is not None and blob.download_as_bytes(**_kw(uri)) == data
 
     def delete(self, uri: str) -> None:
         from google.api_core.exceptions import NotFound
 
         try:
-            _blob(uri).delete()
+            _blob(uri).delete(**_kw(uri))
         except NotFound:
             pass
 
     def upload_file(self, local_path: str, uri: str) -> None:
-        _blob(uri).upload_from_filename(local_path)
+        _blob(uri).upload_from_filename(local_path, **_kw(uri))
 
     def download_file(self, uri: str, local_path: str) -> None:
-        _blob(uri).download_to_filename(local_path)
+        _blob(uri).download_to_filename(local_path, **_kw(uri))
 
 
 BACKEND = GCSBackend()
+
+
+# -- faults --------------------------------------------------------------------------------
+def _endpoint() -> str:
+    return os.environ.get(EMULATOR_ENV) or "https://storage.googleapis.com"
+
+
+def _reason(err) -> str:
+    message = getattr(err, "message", None) or (err.args[0] if err.args and isinstance(err.args[0], str) else str(err))
+    return retry.short(message)
+
+
+def classify(err: BaseException, uri: str) -> Optional[StorageError]:
+    """The one-line StorageError for what google-auth, google-api-core or requests raised
+    (None: not a storage fault)."""
+    import requests
+    from google.api_core import exceptions as api
+    from google.auth import exceptions as auth
+
+    bucket = uri.split("://", 1)[-1].split("/", 1)[0]
+    after = retry.tries_so_far()
+    if isinstance(err, auth.DefaultCredentialsError):
+        return StorageError(retry.CREDENTIALS_MISSING, uri, (
+            f"{uri}: no Google credentials found; set {CREDENTIALS_ENV} to a service-account key file (on a "
+            "workstation: `gcloud auth application-default login`), or in the cluster give the pods' Kubernetes "
+            f"service account a Google service account (Workload Identity) with roles/storage.objectAdmin on {bucket}"))
+    if isinstance(err, auth.RefreshError) or isinstance(err, api.Unauthorized):
+        return StorageError(retry.CREDENTIALS_REFUSED, uri, (
+            f"{uri}: the Google credentials were refused ({_reason(err)}); renew the key file {CREDENTIALS_ENV} "
+            "names (or run `gcloud auth application-default login` again), or check the pods' Workload Identity "
+            "binding"))
+    if isinstance(err, api.Forbidden):
+        return StorageError(retry.PERMISSION_DENIED, uri, (
+            f"{uri}: permission denied ({_reason(err)}); grant the credentials' service account "
+            f"roles/storage.objectAdmin on bucket {bucket} (roles/storage.objectViewer where it only reads)"))
+    if isinstance(err, api.NotFound):
+        if "bucket" in _reason(err).lower():
+            return StorageError(retry.NOT_FOUND, uri, (
+                f"{uri}: bucket {bucket} does not exist; fix the bucket name, or create the bucket"))
+        return StorageError(retry.NOT_FOUND, uri, f"{uri}: no such object; fix the object name")
+    if isinstance(err, (api.TooManyRequests, api.InternalServerError, api.BadGateway, api.ServiceUnavailable,
+                        api.GatewayTimeout)) or (isinstance(err, api.GoogleAPICallError) and err.code == 408):
+        return StorageError(retry.THROTTLED, uri, (
+            f"{uri}: the storage server answered {err.code} ({_reason(err)}){after}; it is overloaded or down: "
+            "try again later, or raise storage.retry.attempts and storage.retry.deadline_seconds"))
+    if isinstance(err, api.RetryError):  # the deadline ran out: its cause says what kept failing
+        cause = err.cause if err.cause is not None else err
+        return StorageError(retry.THROTTLED if isinstance(cause, api.GoogleAPICallError) else retry.UNREACHABLE, uri, (
+            f"{uri}: still failing when storage.retry.deadline_seconds ran out{after} ({_reason(cause)}); check "
+            f"that {_endpoint()} is reachable ({EMULATOR_ENV} for an emulator), or raise the deadline"))
+    transport = isinstance(err, auth.TransportError)
+    if transport or isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError,
+                                     requests.exceptions.ChunkedEncodingError)):
+        return StorageError(retry.UNREACHABLE, uri, (
+            f"{uri}: cannot reach {_endpoint()}{after} ({_reason(err)}); check the network and the endpoint "
+            f"({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
+    return None

@@ -14,6 +14,7 @@ from typing import BinaryIO, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
 from components.contracts.storage import ABSENT, ANY, Conflict, Entry
+from components.contracts.storage.retry import PERMISSION_DENIED, StorageError
 
 LOCK_FILE = ".gpupipe.lock"
 
@@ -129,3 +130,12 @@ class LocalBackend:
 
 
 BACKEND = LocalBackend()
+
+
+def classify(err: BaseException, uri: str) -> Optional[StorageError]:
+    """A path this user may not read or write is one line; other OS errors stay as they are."""
+    if isinstance(err, PermissionError):
+        where = err.filename or uri
+        return StorageError(PERMISSION_DENIED, uri, (
+            f"{uri}: permission denied on {where}; give this user access to it (chmod/chown), or use another path"))
+    return None

@@ -19,6 +19,14 @@ only if it still names this writer; then compare the ETag, write, release. Witho
 conditional write no lock is airtight: two writers that both find the lock free within the
 settle time can both take it, so the settle time must exceed the store's write latency; an
 expired lock (a writer killed while holding it) is taken over after its expiry.
+
+Retries: botocore's `standard` mode (exponential backoff with jitter, a retry quota), with
+storage.retry's attempts and timeouts (retry.py); each retry is counted and logged from
+the client's `request-created` event. botocore retries a request until its answer's
+headers; a body that breaks while streaming (a reset, a read timeout) is fetched again
+here, from where it broke for a range read, whole for a small object. A conditional write
+whose replay meets a 412 caused by its own lost first try (the object holds exactly
+these bytes) has succeeded. `classify` turns what is left into one-line StorageErrors.
 """
 from __future__ import annotations
 
@@ -32,7 +40,8 @@ import uuid
 from typing import BinaryIO, List, Optional
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry, split
+from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
+from components.contracts.storage.retry import StorageError
 
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
 REGION_ENV = "AWS_REGION"
@@ -45,23 +54,56 @@ SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 READ_BLOCK = 4 << 20
 
 
+def _endpoint() -> str:
+    return os.environ.get(ENDPOINT_ENV) or os.environ.get("AWS_ENDPOINT_URL") or ""
+
+
 def _settings() -> tuple:
-    endpoint = os.environ.get(ENDPOINT_ENV) or os.environ.get("AWS_ENDPOINT_URL") or ""
+    endpoint = _endpoint()
     region = os.environ.get(REGION_ENV) or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     style = os.environ.get(ADDRESSING_ENV) or ("path" if endpoint else "auto")
-    return endpoint, region, style, os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, "")
+    return (endpoint, region, style, os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, ""),
+            retry.policy())
+
+
+def _count_retry(request, **_):
+    """botocore's request-created event: a try after the first is a retry."""
+    tries = request.context.get("retries", {})
+    attempt = int(tries.get("attempt", 1))
+    if attempt > 1:
+        why = request.context.get("gpupipe_last_fault", "a transient fault")
+        op = retry.current()
+        retry.note_retry("s3", op.uri if op is not None else request.url, why, attempt, retry.policy().attempts)
+
+
+def _remember_fault(response=None, caught_exception=None, request_dict=None, **_):
+    """botocore's needs-retry event (before its retry handler decides): what went wrong, for
+    the log line of the retry."""
+    if request_dict is None:
+        return None
+    if caught_exception is not None:
+        why = f"{type(caught_exception).__name__}: {caught_exception}"
+    elif response is not None and int(response[0].status_code) >= 400:
+        why = f"HTTP {response[0].status_code} {response[1].get('Error', {}).get('Code', '')}".strip()
+    else:
+        return None
+    request_dict["context"]["gpupipe_last_fault"] = why
+    return None
 
 
 @functools.lru_cache(maxsize=4)
-def _client(endpoint: str, region: str, style: str, key: str, secret: str):
+def _client(endpoint: str, region: str, style: str, key: str, secret: str, policy: retry.Policy):
     import boto3  # imported here: only s3:// needs it
     from botocore.config import Config
 
     if style not in ("path", "virtual", "auto"):
         raise GpupipeError(f"storage.s3.addressing_style: {style!r} is not path, virtual or auto; fix it")
-    config = Config(s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"},
-                    connect_timeout=10, read_timeout=60)
-    return boto3.session.Session().client("s3", endpoint_url=endpoint or None, region_name=region, config=config)
+    config = Config(s3={"addressing_style": style}, retries={"max_attempts": policy.attempts, "mode": "standard"},
+                    connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout)
+    made = boto3.session.Session().client("s3", endpoint_url=endpoint or None, region_name=region, config=config)
+    made.meta.events.register_first("needs-retry.s3", _remember_fault)
+    made.meta.events.register("request-created.s3", _count_retry)
+    return made
 
 
 def client():
@@ -109,10 +151,36 @@ class _RangeReader(io.RawIOBase):
         if self.pos >= self.size or not len(buffer):
             return 0
         end = min(self.pos + len(buffer), self.size) - 1
-        data = client().get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{end}")["Body"].read()
+        data = _get_body(f"s3://{self.bucket}/{self.key}", Bucket=self.bucket, Key=self.key,
+                         Range=f"bytes={self.pos}-{end}")[0]
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
+
+
+def _streaming_errors() -> tuple:
+    from botocore.exceptions import (ConnectionClosedError, IncompleteReadError, ReadTimeoutError,
+                                     ResponseStreamingError)
+    from urllib3.exceptions import ProtocolError
+
+    return ConnectionClosedError, IncompleteReadError, ReadTimeoutError, ResponseStreamingError, ProtocolError
+
+
+def _get_body(uri: str, **request) -> tuple:
+    """(bytes, ETag) of a GET whose body, should it break while streaming, is fetched again
+    (botocore retries only until the answer's headers), within storage.retry's attempts."""
+    attempts = retry.policy().attempts
+    for attempt in range(1, attempts + 1):
+        got = client().get_object(**request)
+        try:
+            return got["Body"].read(), got["ETag"]
+        except _streaming_errors() as err:
+            if attempt == attempts:
+                raise
+            retry.note_retry("s3", uri, f"the body broke while streaming ({type(err).__name__}: {err})",
+                             attempt + 1, attempts)
+            time.sleep(min(retry.MAX_BACKOFF, retry.INITIAL_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.5, 1))
+    raise AssertionError("unreachable")
 
 
 class S3Backend:
@@ -148,13 +216,12 @@ class S3Backend:
 
     def read_versioned(self, uri: str):
         bucket, key = split(uri)
-        try:
-            got = client().get_object(Bucket=bucket, Key=key)  # the bytes and their ETag in one response
+        try:  # the bytes and their ETag in one response
+            return _get_body(uri, Bucket=bucket, Key=key)
         except _errors() as err:
             if _missing(err):
                 return None, ABSENT
             raise
-        return got["Body"].read(), got["ETag"]
 
     def _put(self, uri: str, data: bytes, if_match: object) -> None:
         bucket, key = split(uri)
@@ -163,10 +230,14 @@ class S3Backend:
             extra["IfNoneMatch"] = "*"
         elif if_match is not ANY:
             extra["IfMatch"] = if_match
+        op = retry.current()
+        retried_before = op.retries if op is not None else 0
         try:
             client().put_object(Bucket=bucket, Key=key, Body=data, **extra)
         except _errors() as err:
             if _status(err) in (409, 412) or _code(err) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if extra and op is not None and op.retries > retried_before and self.read_versioned(uri)[0] == data:
+                    return  # our first try landed and its answer was lost: the replay's 412 is our own write
                 raise Conflict(uri) from None
             raise
 
@@ -229,3 +300,63 @@ class _lock_object:
 
 
 BACKEND = S3Backend()
+
+
+# -- faults --------------------------------------------------------------------------------
+_REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+            "InvalidClientTokenId", "AuthorizationHeaderMalformed", "UnrecognizedClientException"}
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
+              "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504", "429"}
+_KEYS_FIX = (f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (in the cluster: the keys of the Kubernetes Secret "
+             "storage.s3.credentials_secret names; on EKS without keys: an IAM role for the pods' service account)")
+
+
+def classify(err: BaseException, uri: str) -> Optional[StorageError]:
+    """The one-line StorageError for what botocore raised (None: not a storage fault)."""
+    from botocore import exceptions as bx
+
+    bucket = uri.split("://", 1)[-1].split("/", 1)[0]
+    where = _endpoint() or "AWS S3"
+    after = retry.tries_so_far()
+    if isinstance(err, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        return StorageError(retry.CREDENTIALS_MISSING, uri, f"{uri}: no S3 credentials found; set {_KEYS_FIX}")
+    if isinstance(err, bx.ClientError):
+        code, status = _code(err), _status(err)
+        message = retry.short(err.response.get("Error", {}).get("Message", "") or code)
+        if code in _REFUSED:
+            return StorageError(retry.CREDENTIALS_REFUSED, uri, (
+                f"{uri}: {where} refused the S3 credentials ({code}: {message}); check {_KEYS_FIX}, and "
+                "storage.s3.region"))
+        if code in ("AccessDenied", "AllAccessDisabled", "403") or status == 403:
+            return StorageError(retry.PERMISSION_DENIED, uri, (
+                f"{uri}: access denied ({code}: {message}); give the keys' user or role s3:GetObject, s3:PutObject, "
+                f"s3:DeleteObject and s3:ListBucket on bucket {bucket}"))
+        if code == "NoSuchBucket":
+            return StorageError(retry.NOT_FOUND, uri, (
+                f"{uri}: bucket {bucket} does not exist on {where}; fix the bucket name (or storage.s3.endpoint), "
+                "or create the bucket"))
+        if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+            return StorageError(retry.NOT_FOUND, uri, f"{uri}: no such object on {where}; fix the object name")
+        if code in _THROTTLED or status == 429 or status >= 500:
+            return StorageError(retry.THROTTLED, uri, (
+                f"{uri}: {where} answered {status or code} ({code}: {message}){after}; it is overloaded or down: "
+                "try again later, or raise storage.retry.attempts"))
+        return None
+    if isinstance(err, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError,
+                        bx.ConnectionClosedError, bx.ProxyConnectionError, bx.HTTPClientError,
+                        bx.ResponseStreamingError, bx.IncompleteReadError)):
+        return StorageError(retry.UNREACHABLE, uri, (
+            f"{uri}: cannot reach {where}{after} ({retry.short(err)}); check storage.s3.endpoint ({ENDPOINT_ENV}) and "
+            "the network, or raise storage.retry.attempts"))
+    import boto3.exceptions
+
+    if isinstance(err, boto3.exceptions.S3UploadFailedError):  # upload_file wraps the ClientError in text
+        text = str(err)
+        for code in sorted(_REFUSED) + ["AccessDenied", "NoSuchBucket"]:
+            if f"({code})" in text:
+                fake = bx.ClientError({"Error": {"Code": code, "Message": text.rsplit(":", 1)[-1].strip()}},
+                                      "PutObject")
+                return classify(fake, uri)
+        return StorageError(retry.THROTTLED, uri, f"{uri}: the upload failed{after} ({retry.short(text)}); try again "
+                                                  "later, or raise storage.retry.attempts")
+    return None
