@@ -51,9 +51,9 @@ class ReadPrepareSplit:
     the file, or the file's one-line error."""
 
     def __init__(self, types, numeric_features: List[str], na_values: Sequence[str], eval_percent: int,
-                 split_key: Optional[str]):
+                 split_key: Optional[str], features: Sequence[str]):
         self.types, self.numeric_features, self.na_values = types, list(numeric_features), list(na_values)
-        self.eval_percent, self.split_key = eval_percent, split_key
+        self.eval_percent, self.split_key, self.features = eval_percent, split_key, list(features)
 
     def __call__(self, item):
         import pyarrow as pa
@@ -64,7 +64,8 @@ class ReadPrepareSplit:
         dropped = 0
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
-                lost, prepared = prepare_batch(batch, self.numeric_features, f.uri, self.eval_percent, self.split_key)
+                lost, prepared = prepare_batch(batch, self.numeric_features, f.uri, self.eval_percent,
+                                               self.split_key, self.features)
                 dropped += lost
                 if prepared is None:
                     continue
@@ -280,7 +281,7 @@ def ingest_data_beam(
     runner_of(pipeline_args)
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
-    types = column_types(label, numeric_features, categorical_features, numeric_label)
+    types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
     check_reachable(files, pipeline_args)
     staging = staging_location(output_dir, pipeline_args)
     local = staging if not _remote(staging) else tempfile.mkdtemp(
@@ -291,7 +292,8 @@ def ingest_data_beam(
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.set_options(pipeline.options)
-        fn = ReadPrepareSplit(types, numeric_features, na_values, eval_percent, split_key)
+        fn = ReadPrepareSplit(types, numeric_features, na_values, eval_percent, split_key,
+                              [*numeric_features, *categorical_features])
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
         if _remote(staging):

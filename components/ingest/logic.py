@@ -2,9 +2,10 @@
 folder per split (reading: components/sources/readers.py).
 
 Rows are read in Arrow batches and written as they come, so memory stays flat. The
-train/eval split is a deterministic hash of a key column (or of the whole row): the
-same rows land in the same split on every run. A missing value stays a missing
-feature (an empty Feature), never 0 or "nan".
+train/eval split is a deterministic hash of `data.split.key` (any column of the data)
+or else of the feature values, never of the label: the same rows land in the same split
+on every run, and rows with the same key, or the same features, in one split. A missing
+value stays a missing feature (an empty Feature), never 0 or "nan".
 """
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def ingest_data(
     back to the data's names."""
     files = readers.resolve(source, data_format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
-    types = column_types(label, numeric_features, categorical_features, numeric_label)
+    types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
+    features = [*numeric_features, *categorical_features]
     writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
                for split in names.SPLITS}
     statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
@@ -109,7 +111,7 @@ def ingest_data(
         for f in files:
             file_rows = 0
             for batch in readers.read_batches(f, types, na_values):
-                dropped, prepared = prepare_batch(batch, numeric_features, f.uri, eval_percent, split_key)
+                dropped, prepared = prepare_batch(batch, numeric_features, f.uri, eval_percent, split_key, features)
                 dropped_no_label += dropped
                 if prepared is None:
                     continue

@@ -13,7 +13,8 @@ class SplitSettings(Strict):
     """How rows are split into train and eval: a deterministic hash, so reruns agree."""
 
     eval_percent: int = Field(20, ge=1, le=99, description="share of rows in the eval split")
-    key: Optional[str] = Field(None, description="column to hash; the whole row when unset")
+    key: Optional[str] = Field(None, description="column to hash (any column of the data, a feature or not): its "
+                                                 "rows stay together; unset: the feature values (never the label)")
 
 
 class DataSettings(Columns):

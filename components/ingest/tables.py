@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -30,22 +30,37 @@ _HASH_KEY = "gpupipe-split-v1"
 
 
 def column_types(label: str, numeric: List[str], categorical: List[str],
-                 numeric_label: bool = False) -> Dict[str, pa.DataType]:
+                 numeric_label: bool = False, split_key: Optional[str] = None) -> Dict[str, pa.DataType]:
     """Declared kinds -> Arrow types: numeric float32, categorical string; the label is a
-    string (classification) or float32 (regression)."""
+    string (classification) or float32 (regression), and comes first. A split key that is
+    not a feature is read too, as text, for the split alone (prepare_batch drops it)."""
     types = {label: pa.float32() if numeric_label else pa.string()}
     types.update({name: pa.float32() for name in numeric})
     types.update({name: pa.string() for name in categorical})
+    if split_key and split_key not in types:
+        types[split_key] = pa.string()
     return types
 
 
-def split_is_eval(batch: pa.RecordBatch, eval_percent: int, key: Optional[str]) -> np.ndarray:
+def split_columns(features: Sequence[str], split_key: Optional[str]) -> List[str]:
+    """What the split hashes: the key column when there is one, else the feature values
+    (never the label: rows whose features are the same land in one split whatever their
+    labels, so a label cannot choose its rows' split)."""
+    return [split_key] if split_key else list(features)
+
+
+def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
+                  columns: Union[str, Sequence[str], None] = None) -> np.ndarray:
     """A boolean per row: True for the eval split. Deterministic for the same values: a
-    fixed-key hash (pandas' SipHash) of the key column, or of every column, modulo 100.
-    (Not of the serialized tf.Example: protobuf does not fix the order of map entries.)"""
-    frame = batch.to_pandas()
-    if key:
-        frame = frame[[key]]
+    fixed-key hash (pandas' SipHash) of `columns` (a name or names; None: every column
+    after the label, which column_types puts first), modulo 100. (Not of the serialized
+    tf.Example: protobuf does not fix the order of map entries.)"""
+    if columns is None:
+        columns = batch.schema.names[1:]
+    elif isinstance(columns, str):
+        columns = [columns]
+    frame = pa.RecordBatch.from_arrays([batch.column(batch.schema.get_field_index(c)) for c in columns],
+                                       list(columns)).to_pandas()
     hashes = pd.util.hash_pandas_object(frame, index=False, hash_key=_HASH_KEY.ljust(16)[:16]).to_numpy()
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
 
@@ -120,19 +135,25 @@ class PreparedBatch:
 
 
 def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, eval_percent: int,
-                  split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
+                  split_key: Optional[str], features: Sequence[str]) -> Tuple[int, Optional[PreparedBatch]]:
     """(rows dropped for a missing label, the rest prepared) for one batch as the reader
-    gave it: rows without a label dropped, inf refused, encoded and split. Both engines
-    (this module's loop and components/ingest/beam.py's DoFn) run every batch through it."""
+    gave it (column_types' columns: the label first, the `features`, and a split key that
+    is not a feature): rows without a label dropped, inf refused, split by the key or the
+    feature values, the key dropped unless it is a feature, encoded. Both engines (this
+    module's loop and components/ingest/beam.py's DoFn) run every batch through it."""
     has_label = pc.is_valid(batch.column(0))
     dropped = batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
     batch = batch.filter(has_label)
     if batch.num_rows == 0:
         return dropped, None
     check_finite(batch, numeric_features, uri)
+    is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
+    if split_key and split_key not in features:  # read for the split alone
+        keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]
+        batch = pa.RecordBatch.from_arrays([batch.column(i) for i in keep], [batch.schema.names[i] for i in keep])
     lists = as_list_batch(batch)
     lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
-    return dropped, PreparedBatch(lists, encode_examples(batch, lists), split_is_eval(batch, eval_percent, split_key))
+    return dropped, PreparedBatch(lists, encode_examples(batch, lists), is_eval)
 
 
 def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFile], per_file: List[dict],
@@ -168,7 +189,7 @@ def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFil
         "rows": rows,
         "shards": shards,
         "rows_dropped_missing_label": dropped_no_label,
-        "split": {"rule": "hash", "key": split_key or "<whole row>", "eval_percent": eval_percent},
+        "split": {"rule": "hash", "key": split_key or "<features>", "eval_percent": eval_percent},
         "label": safe_name(label),
         "label_type": "numeric" if numeric_label else "categorical",
         "features": {

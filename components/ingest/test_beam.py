@@ -174,3 +174,37 @@ def test_engine_auto_picks_by_the_source_size(tmp_path, engine, threshold, expec
     source = write_source(tmp_path / "src", files=2, rows=20)  # about 1.6 kB
     settings = DataSettings(source=source, **COLUMNS, engine=engine, beam_threshold_mb=threshold)
     assert pick_engine(settings)[0] == expected
+
+
+def test_both_engines_split_by_a_key_that_is_not_a_feature_and_keep_feature_twins_together(tmp_path):
+    """Acceptance (issue #27, 1) on both engines: a split key that is no feature ('id' is
+    read for the split, not written), and, without a key, rows with the same features and
+    different labels in one split; Beam's job and the in-process loop give the same records."""
+    source = write_source(tmp_path / "src", files=2, rows=300)
+    twins = tmp_path / "twins"
+    twins.mkdir()
+    with open(os.path.join(source, "part-0.csv")) as f:
+        header, *lines = f.read().splitlines()
+    flipped = [",".join([c[0] + "-twin", {"a": "b", "b": "a"}.get(c[1], c[1]), *c[2:]])
+               for c in (line.split(",") for line in lines)]
+    (twins / "part-0.csv").write_text("\n".join([header, *lines, *flipped]) + "\n")
+    columns = dict(label="label", numeric_features=["x", "y"], categorical_features=["color"])
+    cases = {"keyed": (source, "id"), "twins": (str(twins), None)}
+    for case, (src, key) in cases.items():
+        out = {engine: str(tmp_path / f"{case}-{engine}") for engine in ("local", "beam")}
+        local = ingest_data(src, out["local"], **columns, eval_percent=30, split_key=key)
+        beam = ingest_data_beam(src, out["beam"], **columns, eval_percent=30, split_key=key)
+        assert local["rows"] == beam["rows"] and local["split"]["key"] == (key or "<features>")
+        for split in ("train", "eval"):
+            in_process = records(out["local"], split)
+            assert in_process and set(records(out["beam"], split)) == set(in_process), (case, split)
+            assert all("id" not in tf.train.Example.FromString(r).features.feature for r in in_process)
+        if case == "twins":  # each row and its twin (same x and y, the other label): one split
+            where = {}
+            for split in ("train", "eval"):
+                for r in records(out["local"], split):
+                    feature = tf.train.Example.FromString(r).features.feature
+                    where.setdefault(feature["y"].float_list.value[0], set()).add(split)
+            labelled = sum(1 for line in lines if line.split(",")[1])  # a row without a label is dropped
+            assert len(where) == labelled > 290 and all(len(splits) == 1 for splits in where.values())
+            assert sum(local["rows"].values()) == 2 * labelled

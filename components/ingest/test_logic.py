@@ -59,6 +59,97 @@ def test_split_by_key_column_keeps_key_together(tmp_path, make_csv):
     assert users["train"] and users["eval"] and not users["train"] & users["eval"]
 
 
+def test_split_hashes_the_features_never_the_label():
+    """Unit: two rows with the same feature values and different labels get the same split;
+    with a key, only the key decides."""
+    import numpy as np
+    import pyarrow as pa
+
+    from components.ingest.tables import split_is_eval
+
+    n = 400
+    x = pa.array([float(i % 200) for i in range(n)], pa.float32())
+    color = pa.array(["red" if i % 3 else None for i in range(n)])
+    a = pa.RecordBatch.from_arrays([pa.array(["a"] * n), x, color], ["label", "x", "color"])
+    b = pa.RecordBatch.from_arrays([pa.array(["a" if i % 2 else "b" for i in range(n)]), x, color],
+                                   ["label", "x", "color"])
+    features = ["x", "color"]
+    assert np.array_equal(split_is_eval(a, 30, features), split_is_eval(b, 30, features))
+    assert np.array_equal(split_is_eval(b, 30, None), split_is_eval(b, 30, features))  # None: after the label
+    assert 0.2 < split_is_eval(b, 30, features).mean() < 0.4
+    # the label is not hashed: the same features in a batch whose label column is all different
+    ids = pa.RecordBatch.from_arrays([pa.array([f"l{i}" for i in range(n)]), x, color], ["label", "x", "color"])
+    assert np.array_equal(split_is_eval(ids, 30, features), split_is_eval(a, 30, features))
+    # with a key, features and label are out of it: rows with one key value agree
+    key = pa.array([f"u{i % 13}" for i in range(n)])
+    keyed = pa.RecordBatch.from_arrays([*b.columns, key], ["label", "x", "color", "user"])
+    is_eval = split_is_eval(keyed, 30, "user")
+    for u in set(key.to_pylist()):
+        rows = np.array(key.to_pylist()) == u
+        assert len(set(is_eval[rows])) == 1
+
+
+def test_rows_with_the_same_features_and_different_labels_land_in_one_split(tmp_path, make_csv):
+    """Acceptance (issue #27, 1): each feature tuple is in the table twice, once per label;
+    both copies are in the same split, in process as the Beam job (components/ingest/
+    test_beam.py holds the engines to the same examples)."""
+    lines = [f"{label},{i}.5,{'red' if i % 3 else 'blue'}\n" for i in range(150) for label in ("a", "b")]
+    manifest = ingest_data(make_csv(HEADER + "".join(lines)), str(tmp_path / "o"), "label", ["x"], ["color"],
+                           eval_percent=30)
+    assert manifest["split"] == {"rule": "hash", "key": "<features>", "eval_percent": 30}
+    seen = {}
+    for split in ("train", "eval"):
+        for e in read_examples(str(tmp_path / "o"), split):
+            x = e.features.feature["x"].float_list.value[0]
+            seen.setdefault(x, set()).add((split, e.features.feature["label"].bytes_list.value[0]))
+    assert len(seen) == 150
+    assert all(len({split for split, _ in rows}) == 1 and len(rows) == 2 for rows in seen.values())
+    assert 0 < manifest["rows"]["eval"] < 300
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_split_key_that_is_not_a_feature_keeps_its_rows_together(tmp_path, fmt):
+    """Acceptance (issue #27, 1), through the ingest step: `data.split.key` names a column
+    that is no feature (text in the CSV, integers in the Parquet file): its rows stay
+    together, and it is not in the examples."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from components.ingest.logic import run_ingest
+    from components.ingest.settings import DataSettings
+
+    n = 300
+    table = pa.table({"user": [i % 23 for i in range(n)], "label": ["a" if i % 2 else "b" for i in range(n)],
+                      "x": [i + 0.5 for i in range(n)], "color": ["red" if i % 3 else "blue" for i in range(n)]})
+    source = str(tmp_path / f"t.{fmt}")
+    pq.write_table(table, source) if fmt == "parquet" else pacsv.write_csv(table, source)
+    settings = DataSettings(source=source, label="label", numeric_features=["x"], categorical_features=["color"],
+                            split={"key": "user", "eval_percent": 30})
+    manifest = run_ingest(settings=settings, examples_dir=str(tmp_path / "o"))
+    assert manifest["split"]["key"] == "user" and manifest["features"] == {"x": "numeric", "color": "categorical"}
+    user_of = {x + 0.5: x % 23 for x in range(n)}
+    users = {}
+    for split in ("train", "eval"):
+        examples = read_examples(str(tmp_path / "o"), split)
+        assert examples and all(sorted(e.features.feature) == ["color", "label", "x"] for e in examples)
+        users[split] = {user_of[e.features.feature["x"].float_list.value[0]] for e in examples}
+    assert users["train"] and users["eval"] and not users["train"] & users["eval"]
+    assert len(users["train"] | users["eval"]) == 23
+
+
+def test_a_split_key_that_is_not_a_column_is_one_line(tmp_path, make_csv):
+    from components.ingest.logic import run_ingest
+    from components.ingest.settings import DataSettings
+
+    source = make_csv(HEADER + rows_text(20))
+    settings = DataSettings(source=source, label="label", numeric_features=["x"], categorical_features=["color"],
+                            split={"key": "usr"})
+    with pytest.raises(GpupipeError) as err:
+        run_ingest(settings=settings, examples_dir=str(tmp_path / "o"))
+    assert str(err.value) == f"data.split.key: column 'usr' not found in {source}; fix data.split.key"
+
+
 def test_missing_values_stay_missing(tmp_path, make_csv):
     text = HEADER + "a,,red\nb,2.0,\n" + rows_text(40)
     ingest_data(make_csv(text), str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=50)
