@@ -1,14 +1,16 @@
 """Evaluate: score the candidate SavedModel on the eval split (through its serialized
 tf.Example signature, as TF Serving would), score the model now served on the same rows,
 and bless the candidate as TFMA does: value thresholds, and change thresholds against
-the served baseline (skipped on the first run, when nothing is served)."""
+the served baseline (skipped on the first run, when nothing is served). With
+`must_beat_trivial`, the candidate must also beat what a model that learnt nothing (the
+best constant answer) scores on the same eval rows, computed here at run time."""
 from __future__ import annotations
 
 import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,6 +45,7 @@ class Evaluation:
     slices: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)  # feature -> value -> metrics
     roc: Optional[Dict[str, List[float]]] = None  # binary only: fpr, tpr, thresholds
     pr: Optional[Dict[str, List[float]]] = None  # binary only: precision, recall, thresholds
+    trivial: Optional[Dict[str, float]] = None  # what a model that learnt nothing scores on the same rows
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -112,6 +115,40 @@ def score_model(model_dir: str, examples_dir: str, slices: Optional[List[str]] =
     return evaluate_predictions(predict(model_dir, examples_dir, slices or []))
 
 
+@dataclass
+class Trivial:
+    """What a model that learnt nothing scores on the eval split: `metrics` by the same
+    metric functions as the candidate's, `answers` says what it answered for each."""
+
+    metrics: Dict[str, float]
+    answers: Dict[str, str]
+
+
+def trivial_scores(pred: Predictions) -> Trivial:
+    """The best constant answer on these rows, scored by the candidate's own metric
+    functions: classification, the eval split's class shares as probabilities for every
+    row (accuracy: always the most frequent class; AUC 0.5; PR-AUC the positive share; log
+    loss their entropy); regression, the mean (rmse) and the median (mae) of the labels."""
+    y = pred.labels
+    if pred.task == "regression":
+        mean, median = float(np.mean(y)), float(np.median(y))
+        metrics = {"rmse": regression_metrics(y, np.full(len(y), mean))["rmse"],
+                   "mae": regression_metrics(y, np.full(len(y), median))["mae"]}
+        return Trivial(metrics, {"rmse": f"always predicting the mean, {mean:.4g}",
+                                 "mae": f"always predicting the median, {median:.4g}"})
+    known = y[y >= 0]
+    counts = np.bincount(known, minlength=len(pred.classes)).astype(float)
+    shares = counts / counts.sum() if counts.sum() else np.full(len(pred.classes), 1 / len(pred.classes))
+    metrics = classification_metrics(y, np.tile(shares, (len(y), 1)), pred.classes)
+    top = pred.classes[int(np.argmax(shares))]
+    share_text = ", ".join(f"{c} {v:.2f}" for c, v in zip(pred.classes, shares))
+    answers = {"accuracy": f"always answering {top!r}, the most frequent class",
+               "log_loss": f"the class shares for every row ({share_text})"}
+    if len(pred.classes) == 2:
+        answers.update({"auc": "the same score for every row", "pr_auc": "the same score for every row"})
+    return Trivial({k: float(v) for k, v in metrics.items() if k in answers}, answers)
+
+
 def _check_value(metric: str, value: float, lower: Optional[float], upper: Optional[float]) -> List[str]:
     failures = []
     if lower is not None and not value >= lower:
@@ -138,17 +175,44 @@ def _check_change(metric: str, value: float, baseline: float, version: int, chan
     return failures
 
 
+def _check_trivial(metric: str, value: float, trivial: Trivial) -> Tuple[bool, str]:
+    """(passes, the reason): the candidate against a model that learnt nothing."""
+    if metric not in trivial.metrics:
+        raise GpupipeError(f"evaluation.must_beat_trivial: a model that learnt nothing has no score for metric "
+                           f"'{metric}'; use metric one of {', '.join(sorted(trivial.metrics))}, or set "
+                           "must_beat_trivial: false")
+    score = trivial.metrics[metric]
+    beats = value < score if metric in LOWER_IS_BETTER else value > score
+    what = f"a model that learnt nothing ({trivial.answers[metric]}) scores {score:.4f} on the eval split"
+    return beats, (f"{metric} {value:.4f} beats {what}" if beats else
+                   f"{metric} {value:.4f} does not beat {what}: the model learnt nothing it can show")
+
+
 def bless_model(evaluation: Evaluation, metric: str, threshold: float, thresholds: Optional[Dict[str, dict]] = None,
-                baseline: Optional[Evaluation] = None, baseline_version: Optional[int] = None) -> Blessing:
+                baseline: Optional[Evaluation] = None, baseline_version: Optional[int] = None,
+                trivial: Optional[Trivial] = None) -> Blessing:
     """TFMA-style blessing. `metric`/`threshold` is the primary value threshold (a lower
-    bound, or an upper bound for lower-is-better metrics); `thresholds` maps more metrics
-    to {lower_bound, upper_bound, change: {absolute, relative}}; a `change` on `metric`
-    itself may be given there too. Change thresholds need a baseline and are skipped
-    (and said so) without one."""
+    bound, or an upper bound for lower-is-better metrics; 0: none); `thresholds` maps more
+    metrics to {lower_bound, upper_bound, change: {absolute, relative}}; a `change` on
+    `metric` itself may be given there too. Change thresholds need a baseline and are
+    skipped (and said so) without one. `trivial`: the primary metric must also beat what
+    a model that learnt nothing scored on the same rows; the blessing's threshold is then
+    the stricter of the two."""
+    if metric not in evaluation.metrics:
+        raise GpupipeError(f"evaluation thresholds: metric '{metric}' is not computed for this model; "
+                           f"use one of {', '.join(sorted(evaluation.metrics))}")
     all_thresholds = {k: dict(v) for k, v in (thresholds or {}).items()}
     primary = all_thresholds.setdefault(metric, {})
-    primary["upper_bound" if metric in LOWER_IS_BETTER else "lower_bound"] = threshold
+    if threshold:
+        primary["upper_bound" if metric in LOWER_IS_BETTER else "lower_bound"] = threshold
     failures, passes = [], []
+    if trivial is not None:
+        beats, reason = _check_trivial(metric, evaluation.metrics[metric], trivial)
+        (passes if beats else failures).append(reason)
+        score = trivial.metrics[metric]
+        threshold = score if not threshold else (min if metric in LOWER_IS_BETTER else max)(threshold, score)
+    elif not threshold:
+        passes.append(f"{metric} {evaluation.metrics[metric]:.4f}: no fixed threshold (evaluation.threshold 0)")
     for name, rule in sorted(all_thresholds.items()):
         if name not in evaluation.metrics:
             raise GpupipeError(f"evaluation thresholds: metric '{name}' is not computed for this model; "
@@ -156,7 +220,7 @@ def bless_model(evaluation: Evaluation, metric: str, threshold: float, threshold
         value = evaluation.metrics[name]
         value_failures = _check_value(name, value, rule.get("lower_bound"), rule.get("upper_bound"))
         failures += value_failures
-        if not value_failures:
+        if not value_failures and (rule.get("lower_bound") is not None or rule.get("upper_bound") is not None):
             bounds = " and ".join(f"{'>=' if k == 'lower_bound' else '<='} {rule[k]:.4f}"
                                   for k in ("lower_bound", "upper_bound") if rule.get(k) is not None)
             passes.append(f"{name} {value:.4f} meets threshold ({bounds})")
@@ -183,13 +247,17 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
     verdict = "**BLESSED**" if blessing.blessed else "**NOT BLESSED**"
     lines = [f"# Model evaluation: {verdict}", ""]
     lines += [f"- {r}" for r in blessing.reasons] + [""]
+    trivial = evaluation.trivial or {}
     head = "| metric | candidate |" + (f" served v{blessing.baseline_version} |" if baseline else "")
-    lines += [head, "|---|---|" + ("---|" if baseline else "")]
+    head += " learnt nothing |" if trivial else ""
+    lines += [head, "|---|---|" + ("---|" if baseline else "") + ("---|" if trivial else "")]
     for k, v in evaluation.metrics.items():
         row = f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
         if baseline:
             b = baseline.metrics.get(k)
             row += f" {b:.4f} |" if isinstance(b, float) else f" {b} |"
+        if trivial:
+            row += f" {trivial[k]:.4f} |" if k in trivial else " |"
         lines.append(row)
     for feature, values in evaluation.slices.items():
         keys = [k for k in next(iter(values.values()), {}) if k != "examples"]
@@ -210,13 +278,17 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
 def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report_md: str,
                  settings: EvaluationSettings, serving_base: str = "", model_name: str = "",
                  ) -> tuple[Evaluation, Blessing]:
-    """The evaluate step: scores the candidate and the served baseline (if any), blesses
-    (settings.threshold as this run gives it), writes blessing.json and evaluation.json
+    """The evaluate step: scores the candidate, a model that learnt nothing (on the same
+    eval rows) and the served baseline (if any), blesses (settings.threshold as this run
+    gives it; with must_beat_trivial, against the model that learnt nothing too), writes blessing.json and evaluation.json
     into `blessing_dir` and the Markdown report to the file `report_md`. With
     `fail_if_not_blessed`, an unblessed model then fails the step."""
     from components.store.served import served_version
 
-    evaluation = score_model(model_dir, examples_dir, list(settings.slices))
+    predictions = predict(model_dir, examples_dir, list(settings.slices))
+    evaluation = evaluate_predictions(predictions)
+    trivial = trivial_scores(predictions)
+    evaluation.trivial = dict(trivial.metrics)
     baseline, baseline_version = None, None
     if serving_base and model_name:
         found = served_version(serving_base, model_name)
@@ -224,7 +296,7 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
             baseline_version, baseline_dir = found
             baseline = score_model(baseline_dir, examples_dir, list(settings.slices))
     blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
-                           baseline_version)
+                           baseline_version, trivial if settings.must_beat_trivial else None)
     write_blessing(blessing, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)

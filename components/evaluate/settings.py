@@ -32,16 +32,34 @@ class MetricThreshold(Strict):
     change: Optional[ChangeThreshold] = None
 
 
+# The primary metrics a model that learnt nothing has a score for (evaluate computes it on
+# the eval split: logic.trivial_scores).
+TRIVIAL_METRICS = ("accuracy", "auc", "pr_auc", "log_loss", "rmse", "mae")
+
+
 class EvaluationSettings(Strict):
     metric: str = Field("accuracy", description="primary metric: shown in the summary; `threshold` bounds it")
     threshold: float = Field(
-        0.0, description="value threshold on the primary metric: a lower bound (an upper bound for "
-                         "lower-is-better metrics such as log_loss); pipeline parameter eval_threshold")
+        0.0, description="a fixed value threshold on the primary metric: a lower bound (an upper bound for "
+                         "lower-is-better metrics such as rmse or log_loss); 0: none; pipeline parameter "
+                         "eval_threshold")
+    must_beat_trivial: bool = Field(
+        False, description="the primary metric must beat what a model that learnt nothing scores on this run's "
+                           "eval split, computed by evaluate at run time: the best constant answer (the most "
+                           "frequent class for accuracy, the class shares for log_loss and pr_auc, 0.5 for auc, "
+                           "the mean for rmse, the median for mae)")
     change_threshold: Optional[ChangeThreshold] = Field(
         None, description="primary metric vs the model now served; skipped when nothing is served yet")
     thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")
     slices: List[str] = Field(default_factory=list, description="categorical features to slice metrics by")
     fail_if_not_blessed: bool = Field(False, description="fail the run (not only skip the push) when not blessed")
+
+    @model_validator(mode="after")
+    def _trivial_has_a_score(self) -> "EvaluationSettings":
+        if self.must_beat_trivial and self.metric not in TRIVIAL_METRICS:
+            raise ValueError(f"must_beat_trivial: a model that learnt nothing has no score for metric '{self.metric}'; "
+                             f"use metric one of {', '.join(TRIVIAL_METRICS)}, or set must_beat_trivial: false")
+        return self
 
     def rules(self) -> Dict[str, dict]:
         """Every threshold but the primary value bound, by metric (change_threshold joins the

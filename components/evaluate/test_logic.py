@@ -146,3 +146,78 @@ def test_fail_if_not_blessed_fails_the_step_after_writing_why(tmp_path, penguin_
 def test_report_renders_reasons():
     text = render_report(_evaluation(0.8), bless_model(_evaluation(0.8), "accuracy", 0.9), None)
     assert text.startswith("# Model evaluation: **NOT BLESSED**") and "below threshold" in text
+
+
+# ------------------------------------------------- a model that learnt nothing (must_beat_trivial)
+def test_trivial_scores_are_the_best_constant_answer_on_the_rows():
+    from components.evaluate.logic import Predictions, trivial_scores
+
+    y = np.array([0, 0, 0, 1, 2, -1])  # -1: a label unseen in training, never right
+    three = trivial_scores(Predictions(["a", "b", "c"], y, np.zeros((6, 3)), {}))
+    assert three.metrics["accuracy"] == pytest.approx(3 / 6)
+    shares = np.array([3, 1, 1]) / 5
+    assert three.metrics["log_loss"] == pytest.approx(-np.sum(shares * np.log(shares)))
+    assert "always answering 'a'" in three.answers["accuracy"] and set(three.metrics) == {"accuracy", "log_loss"}
+    two = trivial_scores(Predictions(["n", "y"], np.array([0, 0, 0, 1]), np.zeros((4, 2)), {}))
+    assert two.metrics["auc"] == 0.5 and two.metrics["pr_auc"] == pytest.approx(0.25)
+    assert two.metrics["accuracy"] == 0.75
+    target = np.array([1.0, 2.0, 3.0, 10.0])
+    reg = trivial_scores(Predictions([], target, np.zeros(4), {}, task="regression"))
+    assert reg.metrics["rmse"] == pytest.approx(np.std(target))  # predicting the mean
+    assert reg.metrics["mae"] == pytest.approx(np.mean(np.abs(target - 2.5)))  # predicting the median
+    assert reg.answers["rmse"] == "always predicting the mean, 4"
+
+
+def test_must_beat_trivial_blesses_only_a_model_better_than_learning_nothing():
+    from components.evaluate.logic import Trivial
+
+    trivial = Trivial({"accuracy": 0.6, "log_loss": 0.67}, {"accuracy": "always answering 'b', the most frequent "
+                                                                        "class", "log_loss": "the class shares"})
+    better = bless_model(_evaluation(0.7), "accuracy", 0.0, trivial=trivial)
+    assert better.blessed and better.threshold == 0.6
+    assert better.reasons == ["accuracy 0.7000 beats a model that learnt nothing (always answering 'b', the most "
+                              "frequent class) scores 0.6000 on the eval split"]
+    level = bless_model(_evaluation(0.6), "accuracy", 0.0, trivial=trivial)
+    assert not level.blessed and level.reasons[0].startswith("accuracy 0.6000 does not beat a model that learnt "
+                                                             "nothing")
+    # a fixed threshold still bounds it; the blessing's threshold is the stricter of the two
+    both = bless_model(_evaluation(0.7), "accuracy", 0.8, trivial=trivial)
+    assert not both.blessed and both.threshold == 0.8 and "accuracy 0.7000 is below threshold 0.8000" in both.reasons
+    lower = bless_model(_evaluation(0.7, log_loss=0.7), "log_loss", 0.0, trivial=trivial)
+    assert not lower.blessed and lower.threshold == 0.67  # lower is better: 0.7 is worse than 0.67
+    assert bless_model(_evaluation(0.7, log_loss=0.5), "log_loss", 0.0, trivial=trivial).blessed
+
+
+def test_threshold_zero_is_no_fixed_bound():
+    blessing = bless_model(_evaluation(0.9, log_loss=0.3), "log_loss", 0.0)
+    assert blessing.blessed and blessing.reasons == ["log_loss 0.3000: no fixed threshold (evaluation.threshold 0)"]
+
+
+def test_must_beat_trivial_needs_a_metric_a_constant_answer_has():
+    with pytest.raises(ValueError, match="must_beat_trivial: a model that learnt nothing has no score for metric "
+                                         "'calibration'"):
+        EvaluationSettings(metric="calibration", must_beat_trivial=True)
+
+
+def test_run_evaluate_scores_learning_nothing_on_the_eval_split(tmp_path, penguin_model, penguin_examples):
+    """The trivial score comes from this run's eval split: the most frequent species' share
+    of the eval rows, read here from the shards."""
+    import tensorflow as tf
+
+    from components.contracts.examples import split_files
+
+    labels = [tf.train.Example.FromString(r.numpy()).features.feature["species"].bytes_list.value[0]
+              for r in tf.data.TFRecordDataset(split_files(penguin_examples, "eval"), compression_type="GZIP")]
+    top_share = max(labels.count(v) for v in set(labels)) / len(labels)
+    settings = EvaluationSettings(metric="accuracy", must_beat_trivial=True)
+    evaluation, blessing = run_evaluate(
+        model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "b"),
+        report_md=str(tmp_path / "report.md"), settings=settings)
+    assert evaluation.trivial["accuracy"] == pytest.approx(top_share) and blessing.threshold == pytest.approx(top_share)
+    assert blessing.blessed == (evaluation.metrics["accuracy"] > top_share)
+    assert f"a model that learnt nothing (always answering 'Adelie', the most frequent class) scores {top_share:.4f} " \
+           "on the eval split" in blessing.reasons[0]
+    assert "| accuracy |" in (tmp_path / "report.md").read_text() and "learnt nothing |" in \
+        (tmp_path / "report.md").read_text()
+    saved = json.loads((tmp_path / "b" / "evaluation.json").read_text())
+    assert saved["trivial"]["accuracy"] == pytest.approx(top_share)
