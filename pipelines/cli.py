@@ -72,12 +72,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         print(f"compiled {path} -> {target}")
+        _warn_uncommitted_images(config)
     if stale:
         names = ", ".join(str(p) for p in stale)
         print(f"error: stale compiled pipeline(s): {names}; run `gpupipe compile` and commit the result",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _warn_uncommitted_images(config: PipelineConfig) -> None:
+    """Compiled from a tree whose image inputs have uncommitted changes: the tag written names
+    the image of the last commit, which does not hold them."""
+    from pipelines.version import uncommitted_image_inputs
+
+    changed = uncommitted_image_inputs()
+    defaulted = [ref for ref, given in ((config.images.cpu_image, config.images.cpu),
+                                        (config.images.gpu_image, config.images.gpu)) if not given]
+    if changed and defaulted:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        print(f"warning: {config.name}: uncommitted changes to what the images hold ({', '.join(changed[:3])}{more}): "
+              f"the pipeline names {' and '.join(defaulted)}, built from the last commit without them; "
+              f"commit, then `./dev images` and `gpupipe compile` again", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

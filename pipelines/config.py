@@ -23,7 +23,7 @@ from components.ingest.settings import DataSettings
 from components.push.settings import NAME_RE, ServingSettings
 from components.train.settings import TrainSettings
 from components.validate.settings import ValidationSettings
-from pipelines.version import __version__
+from pipelines.version import image_tag
 
 DEFAULT_REGISTRY = "ghcr.io/gpupipe"
 _DURATION_RE = re.compile(r"^(\d+)(s|m|h)$")
@@ -76,8 +76,8 @@ class ImagesConfig(Strict):
     registry: str = DEFAULT_REGISTRY
     cpu: Optional[str] = Field(
         None, description="full image reference, a tag or a digest (repo@sha256:...); "
-                          "defaults to <registry>/gpupipe-cpu:<version>")
-    gpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-gpu:<version>")
+                          "defaults to <registry>/gpupipe-cpu:<version>-<commit> (pipelines/version.py)")
+    gpu: Optional[str] = Field(None, description="full image reference; defaults to <registry>/gpupipe-gpu:<version>-<commit>")
 
     @field_validator("cpu", "gpu")
     @classmethod
@@ -93,11 +93,11 @@ class ImagesConfig(Strict):
 
     @property
     def cpu_image(self) -> str:
-        return self.cpu or f"{self.registry}/gpupipe-cpu:{__version__}"
+        return self.cpu or f"{self.registry}/gpupipe-cpu:{image_tag()}"
 
     @property
     def gpu_image(self) -> str:
-        return self.gpu or f"{self.registry}/gpupipe-gpu:{__version__}"
+        return self.gpu or f"{self.registry}/gpupipe-gpu:{image_tag()}"
 
 
 class ClusterConfig(Strict):

@@ -50,12 +50,13 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(bad)
 
 
-def test_image_tags_follow_the_package_version():
-    from pipelines.version import __version__
+def test_image_tags_carry_the_package_version_and_the_commit():
+    from pipelines.version import __version__, image_tag
 
     config = parse_config(penguins())
-    assert config.images.cpu_image.endswith(f"/gpupipe-cpu:{__version__}")
-    assert config.train_image.endswith(f"/gpupipe-gpu:{__version__}")  # penguins asks for a GPU
+    assert image_tag().startswith(f"{__version__}-")
+    assert config.images.cpu_image.endswith(f"/gpupipe-cpu:{image_tag()}")
+    assert config.train_image.endswith(f"/gpupipe-gpu:{image_tag()}")  # penguins asks for a GPU
 
 
 def test_storage_s3_defaults_and_the_environment_it_renders():

@@ -1,5 +1,6 @@
 """The CI workflow runs the project's own commands: .ci/run, the compile check on pull
-requests, the upload and a watched smoke run on main, the images on a tag."""
+requests, the upload and a watched smoke run on main, the images built and tested on every push
+and pushed from main and tags."""
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,23 @@ def test_workflow_is_valid_yaml_running_the_ci_commands():
     triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as True
     assert "push" in triggers and "pull_request" in triggers
     test = workflow["jobs"]["test"]
-    assert [s["run"] for s in test["steps"] if "run" in s] == [".ci/run"]
+    assert [s["run"] for s in test["steps"] if "run" in s] == ["./dev test", "./dev compile-check"]
     assert test["container"].endswith("-bookworm")  # Debian: its chromium package, not Ubuntu's snap stub
+    image_test = workflow["jobs"]["image-test"]  # on the runner's host, whose Docker engine builds
+    assert "container" not in image_test
+    assert [s["run"] for s in image_test["steps"] if "run" in s] == ["./dev image-test --pinned-base"]
+    # the image tag is the last commit that changed what the images hold: whole checkouts
+    for job in workflow["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/checkout"):
+                assert step["with"]["fetch-depth"] == 0
+    # this machine's CI runs the same commands, the images from a local base
     ci_run = (ROOT / ".ci" / "run").read_text()
     ci_commands = [line.strip() for line in ci_run.splitlines() if line.strip().startswith("./dev ")]
-    assert ci_commands == ["./dev test", "./dev compile-check"]
-    install = ci_run.index("apt-get install -y -qq chromium")
-    assert ci_run.index("command -v chromium") < install < ci_run.index("\n./dev test")  # only where missing, first
+    assert ci_commands == ["./dev test", "./dev compile-check", "./dev image-test"]
+    dev = (ROOT / "dev").read_text()
+    install = dev.index("apt_install test chromium")
+    assert dev.index("command -v chromium") < install  # only where missing
     upload = workflow["jobs"]["upload"]
     assert upload["if"].startswith("github.ref == 'refs/heads/main'")
     assert any("gpupipe upload" in s.get("run", "") for s in upload["steps"])
@@ -46,15 +57,15 @@ def test_pull_requests_get_the_compile_check_and_main_a_watched_smoke_run():
     assert args.watch and args.param == ["epochs=2"] and args.timeout == 3600
 
 
-def test_a_version_tag_builds_and_pushes_both_images_to_the_registry_from_the_secrets():
+def test_main_and_version_tags_push_both_images_to_the_registry_from_the_secrets():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yaml").read_text())
     triggers = workflow[True] if True in workflow else workflow["on"]
     assert triggers["push"]["tags"] == ["v*"]
     images = workflow["jobs"]["images"]
-    assert images["needs"] == "test" and images["if"] == "startsWith(github.ref, 'refs/tags/v')"
-    builds = [s["with"] for s in images["steps"] if s.get("uses", "").startswith("docker/build-push-action")]
-    assert [b["file"] for b in builds] == ["images/cpu/Dockerfile", "images/gpu/Dockerfile"]
-    assert all(b["push"] is True and b["tags"].startswith("${{ env.REGISTRY }}/gpupipe-") for b in builds)
+    assert images["needs"] == ["test", "image-test"]
+    assert "refs/heads/main" in images["if"] and "refs/tags/v" in images["if"]
+    (push,) = [s for s in images["steps"] if "./dev images" in s.get("run", "")]
+    assert push["run"] == './dev images --push "$REGISTRY"' and push["if"] == "env.REGISTRY != ''"
     assert images["env"]["REGISTRY"] == "${{ secrets.REGISTRY }}"
     login = next(s for s in images["steps"] if s.get("uses", "").startswith("docker/login-action"))
     assert login["with"]["password"] == "${{ secrets.REGISTRY_PASSWORD }}"

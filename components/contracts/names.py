@@ -55,3 +55,8 @@ INPUT_CACHES = (CACHE_NONE, CACHE_MEMORY, CACHE_DISK)
 # Cell values that mean "missing" in CSV sources (Arrow's own list; data.na_values replaces it).
 NA_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "N/A", "NA",
              "NULL", "NaN", "n/a", "nan", "null")
+
+# The images' environment: the tag an image was built as (its build sets it), and its digest
+# where the runtime that starts the task passes it. A pushed version's lineage records both.
+IMAGE_TAG_ENV = "GPUPIPE_IMAGE_TAG"
+IMAGE_DIGEST_ENV = "GPUPIPE_IMAGE_DIGEST"

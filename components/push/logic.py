@@ -115,6 +115,13 @@ def stage_version(model_dir: str, into: str, model_name: str, examples: List[byt
     return staged
 
 
+def running_image() -> dict:
+    """What the image this task runs in says of itself: the tag it was built as and, where the
+    runtime passes it, its digest (none outside an image)."""
+    found = {"image_built": os.environ.get(names.IMAGE_TAG_ENV), "image_digest": os.environ.get(names.IMAGE_DIGEST_ENV)}
+    return {key: value for key, value in found.items() if value}
+
+
 def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str,
                examples: Optional[List[bytes]] = None, statistics_file: str = "", schema_file: str = "",
                metrics: Optional[dict] = None, keep_versions: int = 0, endpoint: str = "",
@@ -142,7 +149,7 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
             result.removed_versions = served.apply_retention(store, keep_versions)
         return result
     now = time.time()
-    identity = {**(lineage or {}), "run_id": run_id, "model_digest": digest, "metrics": metrics or {},
+    identity = {**(lineage or {}), **running_image(), "run_id": run_id, "model_digest": digest, "metrics": metrics or {},
                 "blessing": blessing or {"blessed": True, "reasons": list(blessing_reasons)},
                 "pushed_at": states.now_iso(now)}
     version = served.register_candidate(store, identity, deadline=now + push_timeout, now=now)
