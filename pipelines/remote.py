@@ -169,8 +169,16 @@ class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = None) -> None:
-    """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s)."""
+# Every executor gpupipe compiles carries kfp-kubernetes 1.5's secretNameParameter, which KFP
+# backends before 2.5.0 refuse (kubeflow/pipelines #11935).
+MIN_KFP_VERSION = (2, 5, 0)
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = None) -> dict:
+    """Fails fast, in one line, when the KFP API does not answer (kfp.Client retries for ~25 s).
+    Returns what its healthz endpoint answered: the KFP API server writes commit_sha,
+    tag_name (the release, e.g. 2.5.0) and multi_user (backend/src/apiserver/main.go)."""
     token = token or kfp_token()
     check_token_transport(host, token)
     url = host.rstrip("/") + "/apis/v2beta1/healthz"
@@ -178,8 +186,8 @@ def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = Non
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.build_opener(_SameHostRedirects).open(request, timeout=timeout):
-            return
+        with urllib.request.build_opener(_SameHostRedirects).open(request, timeout=timeout) as response:
+            body = response.read()
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
             raise GpupipeError(f"--host {host}: the KFP API refused the credentials (HTTP {err.code}); "
@@ -190,6 +198,40 @@ def check_reachable(host: str, timeout: float = 10.0, token: Optional[str] = Non
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise GpupipeError(f"--host {host}: cannot reach the KFP API ({reason}); check the URL and your network") from None
+    try:
+        answer = json.loads(body or b"{}")
+    except ValueError:
+        answer = {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def kfp_version(healthz: dict) -> Optional[tuple]:
+    """The KFP backend's release from its healthz answer (tag_name), None when it does not
+    say (a build without TAG_NAME reports "unknown")."""
+    match = _VERSION_RE.match(str(healthz.get("tag_name") or "").strip())
+    return tuple(int(p) for p in match.groups()) if match else None
+
+
+def check_kfp_version(host: str, healthz: dict, warn=None) -> None:
+    """Refuses, in one line, a KFP backend older than MIN_KFP_VERSION; a backend that does not
+    say its version gets a warning line (on stderr) and goes on."""
+    need = ".".join(map(str, MIN_KFP_VERSION))
+    found = kfp_version(healthz)
+    if found is None:
+        tag = str(healthz.get("tag_name") or "")[:40] or "none"
+        (warn or _stderr)(f"warning: --host {host}: the KFP API does not say its version (tag_name {tag!r}); "
+                          f"gpupipe's pipelines need KFP {need} or later")
+        return
+    if found < MIN_KFP_VERSION:
+        raise GpupipeError(f"--host {host}: KFP backend {'.'.join(map(str, found))} is older than {need}, which "
+                           "gpupipe's pipelines need (kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines "
+                           f"#11935); upgrade Kubeflow Pipelines to {need} or later")
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
 
 
 def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[str] = None):
@@ -197,7 +239,7 @@ def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[
 
     host = check_host(host)
     token = auth_token(iap_client_id)
-    check_reachable(host, token=token)
+    check_kfp_version(host, check_reachable(host, token=token))
     return kfp.Client(host=host, namespace=namespace, existing_token=token)
 
 

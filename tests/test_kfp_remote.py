@@ -328,3 +328,40 @@ def test_without_google_credentials_iap_auth_is_one_line(kfp_api, tmp_path):
     assert out.stderr.startswith("error: --iap-client-id 123-abc: Google gave no ID token for this audience (")
     assert "invalid_grant" in out.stderr
     assert not kfp_api.state.requests  # nothing reached the KFP API without a token
+
+
+@pytest.mark.parametrize("command", [["upload", "configs/penguins.yaml"], ["submit", "configs/penguins.yaml"]])
+def test_a_kfp_backend_older_than_2_5_0_is_refused_in_one_line(command):
+    """The fixture's healthz reports tag_name as KFP's API server does; 2.4.0 cannot take the
+    secretNameParameter every compiled executor carries (kubeflow/pipelines #11935)."""
+    with KfpApiFixture(version="2.4.0") as old:
+        out = gpupipe(*command, "--host", old.url)
+        assert out.returncode == 1 and out.stdout == ""
+        assert out.stderr.count("\n") == 1 and out.stderr == (
+            f"error: --host {old.url}: KFP backend 2.4.0 is older than 2.5.0, which gpupipe's pipelines need "
+            "(kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines #11935); upgrade Kubeflow Pipelines to "
+            "2.5.0 or later\n")
+        assert old.calls() == ["GET /apis/v2beta1/healthz"]  # nothing uploaded, no run started
+        assert not old.state.versions and not old.state.runs
+    with KfpApiFixture(version="2.5.0") as current:
+        out = gpupipe(*command, "--host", current.url)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        assert current.state.versions
+
+
+def test_the_kfp_version_is_read_from_healthz_and_an_unknown_one_warns():
+    from components.contracts.errors import GpupipeError
+    from pipelines.remote import check_kfp_version, kfp_version
+
+    assert kfp_version({"tag_name": "2.5.0"}) == (2, 5, 0)
+    assert kfp_version({"tag_name": "v2.14.3"}) == (2, 14, 3)
+    assert kfp_version({"tag_name": "unknown"}) is None and kfp_version({}) is None
+    for newer in ("2.5.0", "2.5.1", "2.15.0", "3.0.0"):
+        check_kfp_version("https://k", {"tag_name": newer}, warn=pytest.fail)
+    for older in ("2.4.0", "2.4.9", "1.8.5", "2.0.0-rc.1"):
+        with pytest.raises(GpupipeError, match=f"KFP backend {older.split('-')[0]} is older than 2.5.0"):
+            check_kfp_version("https://k", {"tag_name": older})
+    warned = []
+    check_kfp_version("https://k", {"tag_name": "unknown"}, warn=warned.append)
+    assert warned == ["warning: --host https://k: the KFP API does not say its version (tag_name 'unknown'); "
+                      "gpupipe's pipelines need KFP 2.5.0 or later"]
