@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import sys
 from typing import Callable, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -23,6 +25,7 @@ def reports_errors(step: str) -> Callable[[F], F]:
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
+            _show_storage_retries()
             try:
                 return func(*args, **kwargs)
             except GpupipeError as err:
@@ -35,3 +38,15 @@ def reports_errors(step: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def _show_storage_retries() -> None:
+    """In a step, the storage layer's retries (components/contracts/storage/retry.py) go to
+    stderr, the task's log; a CLI command's terminal stays one line."""
+    logger = logging.getLogger("gpupipe.storage")
+    if not any(getattr(h, "_gpupipe", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._gpupipe = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from components.contracts.storage import s3
+from components.contracts.storage import retry, s3
 
 S = TypeVar("S", bound="Strict")
 # What a feature may be called as written: it names the SavedModel's inputs, which
@@ -212,18 +212,48 @@ class S3Settings(Strict):
                 SECRET_KEY_ENV: (self.credentials_secret, self.secret_key_key)}
 
 
+class RetrySettings(Strict):
+    """How hard the storage layer tries before a fault is an error (components/contracts/
+    storage/retry.py; docs/storage.md): transient faults (429, 5xx, resets, timeouts) are
+    retried by google-cloud-storage's and botocore's own retry machinery with exponential
+    backoff and jitter, within these bounds."""
+
+    attempts: int = Field(retry.DEFAULT_ATTEMPTS, ge=1, le=20,
+                          description="tries per request, the first included (1: no retry)")
+    deadline_seconds: float = Field(retry.DEFAULT_DEADLINE, gt=0, le=3600,
+                                    description="gs://: all tries of one request within this time")
+    connect_timeout_seconds: float = Field(retry.DEFAULT_CONNECT_TIMEOUT, gt=0, le=600,
+                                           description="each try: to open the connection")
+    read_timeout_seconds: float = Field(retry.DEFAULT_READ_TIMEOUT, gt=0, le=3600,
+                                        description="each try: between bytes of the answer")
+
+    def environment(self) -> Dict[str, str]:
+        return {retry.ATTEMPTS_ENV: str(self.attempts), retry.DEADLINE_ENV: f"{self.deadline_seconds:g}",
+                retry.CONNECT_TIMEOUT_ENV: f"{self.connect_timeout_seconds:g}",
+                retry.READ_TIMEOUT_ENV: f"{self.read_timeout_seconds:g}"}
+
+
 class StorageSettings(Strict):
     """The config's `storage:` section: how the storage layer reaches the object stores
-    (only `s3:` needs settings; gs:// takes the pods' Google credentials)."""
+    (only `s3:` needs settings; gs:// takes the pods' Google credentials) and how hard it
+    retries (`retry:`)."""
 
     s3: Optional[S3Settings] = Field(None, description="the S3-compatible store (MinIO, Ceph, AWS S3); unset: no "
                                                        "S3 environment is set")
+    retry: Optional[RetrySettings] = Field(
+        None, description="retries of transient storage faults: attempts, deadline_seconds, connect_timeout_seconds, "
+                          f"read_timeout_seconds; unset: {retry.DEFAULT_ATTEMPTS} attempts, "
+                          f"{retry.DEFAULT_DEADLINE:g} s, {retry.DEFAULT_CONNECT_TIMEOUT:g} s, "
+                          f"{retry.DEFAULT_READ_TIMEOUT:g} s")
 
     def environment(self) -> Dict[str, str]:
-        """The non-secret environment of every task, worker and local run: {} without `s3:`.
-        The compiled tasks carry it (pipelines/pods.py); pipelines/local_run.py is to set
-        the same for kfp.local tasks."""
-        return self.s3.environment() if self.s3 else {}
+        """The non-secret environment of every task, worker and local run: {} without `s3:`
+        and `retry:`. The compiled tasks carry it (pipelines/pods.py); pipelines/local_run.py
+        sets the same for kfp.local tasks and the run's own checks."""
+        env = self.s3.environment() if self.s3 else {}
+        if self.retry:
+            env.update(self.retry.environment())
+        return env
 
     def secret_environment(self) -> Dict[str, Tuple[str, str]]:
         return self.s3.secret_environment() if self.s3 else {}

@@ -2,16 +2,22 @@
 conditional write sends `ifGenerationMatch` (0: only if absent), which GCS checks
 atomically. STORAGE_EMULATOR_HOST points the client at an emulator (anonymous).
 
-Every request takes a `Retry` built per operation from retry.policy(): the library's own
-predicate of what is transient (429, 5xx, connection errors, timeouts), exponential
-backoff with jitter, bounded by the attempts and the deadline, each retry counted and
-logged. Writes are retried too: an unconditional write puts the whole object (a replay
+Every request takes a `Retry` (google-api-core's, which google-cloud-storage uses) built
+per operation from retry.policy(): the library's own predicate of what is transient (429,
+5xx, connection errors, timeouts), exponential backoff with jitter, bounded by the
+attempts and the deadline, each retry counted and logged. The media operations (uploads,
+downloads) are called inside that Retry with the library's own retry off, because
+google-cloud-storage hands a Retry given to them to google-resumable-media as a strategy
+of times only (its predicate, our bound of attempts and our count would be lost): such an
+operation is repeated whole. A read stream reads the listed generation by ranges, each
+range retried on its own (a broken read resumes where it broke). Writes are retried too: an unconditional write puts the whole object (a replay
 leaves the same bytes), and a conditional one that finds, on its replay, a 412 caused by
 its own first try (the object now holds exactly these bytes) has succeeded.
 `classify` turns what is left into one-line StorageErrors."""
 from __future__ import annotations
 
 import functools
+import io
 import os
 from typing import BinaryIO, List, Optional
 
@@ -67,6 +73,44 @@ def _kw(uri: str) -> dict:
     return {"retry": _retry(uri), "timeout": (p.connect_timeout, p.read_timeout)}
 
 
+def _media(uri: str, call, *args, **kwargs):
+    """A media operation (upload, download) repeated whole by our Retry; the library's own
+    retry off (module doc)."""
+    p = retry.policy()
+    return _retry(uri)(call)(*args, retry=None, timeout=(p.connect_timeout, p.read_timeout), **kwargs)
+
+
+class _RangeReader(io.RawIOBase):
+    """A seekable read-only view of one generation of an object, by ranged downloads."""
+
+    def __init__(self, uri: str, size: int, generation: str):
+        self.uri, self.size, self.pos = uri, size, 0
+        self.generation = int(generation) if generation.isdigit() else None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        if self.pos >= self.size or not len(buffer):
+            return 0
+        end = min(self.pos + len(buffer), self.size) - 1
+        data = _media(self.uri, _blob(self.uri).download_as_bytes, start=self.pos, end=end,
+                      if_generation_match=self.generation)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
 class GCSBackend:
     def stat(self, uri: str) -> Optional[Entry]:
         bucket, name = split(uri)
@@ -85,8 +129,8 @@ class GCSBackend:
         return self.scan(uri.rstrip("/") + "/")
 
     def open_read(self, entry: Entry) -> BinaryIO:
-        kw = _kw(entry.uri)
-        return _blob(entry.uri).open("rb", chunk_size=READ_CHUNK, retry=kw["retry"], timeout=kw["timeout"])
+        """A seekable stream of the generation `entry` names (its size from the listing or stat)."""
+        return io.BufferedReader(_RangeReader(entry.uri, entry.size, entry.stamp), buffer_size=READ_CHUNK)
 
     def read_versioned(self, uri: str):
         from google.api_core.exceptions import NotFound, PreconditionFailed
@@ -97,7 +141,7 @@ class GCSBackend:
             return None, ABSENT
         generation = blob.generation  # before the download, which resets it from the response's headers
         try:  # the bytes of exactly the generation whose number we keep
-            return blob.download_as_bytes(if_generation_match=generation, **_kw(uri)), generation
+            return _media(uri, blob.download_as_bytes, if_generation_match=generation), generation
         except (NotFound, PreconditionFailed):
             raise Conflict(uri) from None
 
@@ -108,8 +152,8 @@ class GCSBackend:
         op = retry.current()
         retried_before = op.retries if op is not None else 0
         try:
-            _blob(uri).upload_from_string(data, content_type="application/octet-stream",
-                                          if_generation_match=generation, **_kw(uri))
+            _media(uri, _blob(uri).upload_from_string, data, content_type="application/octet-stream",
+                   if_generation_match=generation)
         except PreconditionFailed:
             if op is not None and op.retries > retried_before and self._holds(uri, data):
                 return  # our first try landed and its answer was lost: the replay's 412 is our own write
@@ -118,7 +162,7 @@ class GCSBackend:
     def _holds(self, uri: str, data: bytes) -> bool:
         bucket, name = split(uri)
         blob = client().bucket(bucket).get_blob(name, **_kw(uri))
-        return blob is not None and blob.download_as_bytes(**_kw(uri)) == data
+        return blob is not None and _media(uri, blob.download_as_bytes) == data
 
     def delete(self, uri: str) -> None:
         from google.api_core.exceptions import NotFound
@@ -129,10 +173,10 @@ class GCSBackend:
             pass
 
     def upload_file(self, local_path: str, uri: str) -> None:
-        _blob(uri).upload_from_filename(local_path, **_kw(uri))
+        _media(uri, _blob(uri).upload_from_filename, local_path)
 
     def download_file(self, uri: str, local_path: str) -> None:
-        _blob(uri).download_to_filename(local_path, **_kw(uri))
+        _media(uri, _blob(uri).download_to_filename, local_path)
 
 
 BACKEND = GCSBackend()
@@ -190,6 +234,6 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if transport or isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError,
                                      requests.exceptions.ChunkedEncodingError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {_endpoint()}{after} ({_reason(err)}); check the network and the endpoint "
+            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}); check the network and the endpoint "
             f"({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
     return None

@@ -152,3 +152,19 @@ def short(reason: object, limit: int = 160) -> str:
     """One line of at most `limit` characters."""
     text = " ".join(str(reason).split()) or type(reason).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def connection_reason(err: BaseException) -> str:
+    """What a connection-level failure was, in a few words (the clients nest their causes)."""
+    text = str(err)
+    for needle, said in (("Connection refused", "connection refused"),
+                         ("Could not connect to the endpoint URL", "no connection"), ("Read timed out", "no answer within the "
+                         "read timeout"), ("Read timeout", "no answer within the read timeout"),
+                         ("Connect timeout", "no connection within the connect timeout"),
+                         ("timed out", "timed out"), ("reset by peer", "connection reset"),
+                         ("Connection aborted", "connection reset"), ("Name or service not known", "unknown host"),
+                         ("Temporary failure in name resolution", "unknown host"),
+                         ("Connection broken", "connection broken while reading")):
+        if needle in text:
+            return said
+    return short(text)

@@ -98,7 +98,7 @@ def _client(endpoint: str, region: str, style: str, key: str, secret: str, polic
 
     if style not in ("path", "virtual", "auto"):
         raise GpupipeError(f"storage.s3.addressing_style: {style!r} is not path, virtual or auto; fix it")
-    config = Config(s3={"addressing_style": style}, retries={"max_attempts": policy.attempts, "mode": "standard"},
+    config = Config(s3={"addressing_style": style}, retries={"total_max_attempts": policy.attempts, "mode": "standard"},
                     connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout)
     made = boto3.session.Session().client("s3", endpoint_url=endpoint or None, region_name=region, config=config)
     made.meta.events.register_first("needs-retry.s3", _remember_fault)
@@ -346,7 +346,7 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
                         bx.ConnectionClosedError, bx.ProxyConnectionError, bx.HTTPClientError,
                         bx.ResponseStreamingError, bx.IncompleteReadError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {where}{after} ({retry.short(err)}); check storage.s3.endpoint ({ENDPOINT_ENV}) and "
+            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}); check storage.s3.endpoint ({ENDPOINT_ENV}) and "
             "the network, or raise storage.retry.attempts"))
     import boto3.exceptions
 

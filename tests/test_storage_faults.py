@@ -1,0 +1,149 @@
+"""The storage layer under injected faults (tests/fixtures/faults.py: a loopback proxy in
+front of the GCS emulator and moto's S3 server): transient faults are retried by the
+clients' own machinery and counted in the log, the bytes come out the same; a fault no
+retry mends (a 403 in the middle of a multi-file write, an endpoint that is down) ends
+in one line, within a bounded time."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+import pytest
+
+from components.contracts import storage
+from components.contracts.storage import retry
+from tests.fixtures.faults import Blackhole, FaultProxy
+from tests.fixtures.gcs import free_port
+
+pytestmark = pytest.mark.unit
+FAST = {retry.ATTEMPTS_ENV: "6", retry.CONNECT_TIMEOUT_ENV: "2", retry.READ_TIMEOUT_ENV: "1.5"}
+
+
+@contextlib.contextmanager
+def store_behind_proxy(kind: str, monkeypatch, **proxy_args):
+    """(bucket URI, proxy): the real server of `kind`, the client pointed at the proxy."""
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+    if kind == "gcs":
+        from tests.fixtures.gcs import gcs_emulator
+
+        with gcs_emulator(monkeypatch) as bucket:
+            with FaultProxy(os.environ["STORAGE_EMULATOR_HOST"], "gcs", **proxy_args) as proxy:
+                monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+                yield f"gs://{bucket}", proxy
+    else:
+        from tests.fixtures.s3 import s3_server
+
+        with s3_server(monkeypatch) as bucket:
+            with FaultProxy(os.environ["AWS_ENDPOINT_URL_S3"], "s3", **proxy_args) as proxy:
+                monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+                yield f"s3://{bucket}", proxy
+
+
+def a_tree(root, files: int = 24, seed: int = 0) -> dict:
+    """`files` files of 1 byte to 600 kB (a model's variables, shards of a table)."""
+    import random
+
+    rng = random.Random(seed)
+    made = {}
+    for i in range(files):
+        rel = f"part-{i:02d}.bin" if i % 3 else f"variables/v-{i:02d}.data"
+        size = rng.choice([1, 700, 50_000, 600_000])
+        data = rng.randbytes(size)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        made[rel] = data
+    (root / "saved_model.pb").write_bytes(b"the model, last")
+    made["saved_model.pb"] = b"the model, last"
+    return made
+
+
+def read_back(uri: str, into) -> dict:
+    storage.download_prefix(uri, str(into))
+    return {str(p.relative_to(into)): p.read_bytes() for p in sorted(into.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_at_a_ten_percent_fault_rate_a_tree_comes_back_byte_for_byte(kind, tmp_path, monkeypatch, caplog):
+    made = a_tree(tmp_path / "model")
+    caplog.set_level(logging.WARNING, logger="gpupipe.storage")
+    with store_behind_proxy(kind, monkeypatch, rate=0.10, seed=7) as (bucket, proxy):
+        # without faults first: the reference
+        proxy.rate = 0.0
+        storage.put_tree(str(tmp_path / "model"), f"{bucket}/clean/1", last="saved_model.pb")
+        clean = read_back(f"{bucket}/clean/1", tmp_path / "clean")
+        assert clean == made and not proxy.injected
+        retry.reset_counts()
+        caplog.clear()
+        proxy.rate = 0.10
+        storage.put_tree(str(tmp_path / "model"), f"{bucket}/faulty/1", last="saved_model.pb")
+        faulty = read_back(f"{bucket}/faulty/1", tmp_path / "faulty")
+        with storage.open_for_reading(f"{bucket}/faulty/1/part-01.bin", "data.source") as f:
+            streamed = f.read()
+        small = storage.read_bytes(f"{bucket}/faulty/1/saved_model.pb")
+        storage.write_bytes(f"{bucket}/faulty/record.json", b"{}", if_match=storage.ABSENT)
+        summary = proxy.summary()
+    assert faulty == made and streamed == made["part-01.bin"] and small == made["saved_model.pb"]
+    failing = sum(n for k, n in proxy.injected.items() if k != "delay")
+    logged = [r.getMessage() for r in caplog.records if r.name == "gpupipe.storage"]
+    print(f"{kind}: {summary}; retries counted {retry.retries()}, logged {len(logged)}")
+    assert failing >= 3, summary  # the rate did inject faults that fail a request
+    assert retry.retries() == len(logged) >= 1
+    assert all(" try " in line and line.startswith(f"storage: {bucket}") or "127.0.0.1" in line for line in logged)
+    if kind == "gcs":  # every fault that failed a request was retried once by the client, and counted
+        assert retry.retries() == failing, (summary, logged)
+    else:  # s3transfer's downloads fetch a broken body again on their own, uncounted
+        assert failing - proxy.injected["cut"] <= retry.retries() <= failing, (summary, logged)
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_403_in_the_middle_of_a_multi_file_write_is_one_line(kind, tmp_path, monkeypatch):
+    a_tree(tmp_path / "model", files=10)
+    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+        proxy.schedule("403", nth=5, sticky=True)  # the permission is withdrawn at the fifth upload
+        target = f"{bucket}/models/1"
+        with pytest.raises(storage.StorageError) as err:
+            storage.put_tree(str(tmp_path / "model"), target, last="saved_model.pb")
+        proxy.rate = 0.0
+        proxy._scheduled.clear()
+        left = [storage.relative(e, target) for e in storage.list_prefix(target)]
+    message = str(err.value)
+    assert err.value.kind == retry.PERMISSION_DENIED and "\n" not in message
+    assert message.startswith(f"{target}/") and ": access denied (" in message or ": permission denied (" in message
+    fix = "roles/storage.objectAdmin on bucket" if kind == "gcs" else "s3:PutObject, s3:DeleteObject and s3:ListBucket"
+    assert fix in message, message
+    assert len(left) == 4 and "saved_model.pb" not in left  # a reader that goes by saved_model.pb sees nothing
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+@pytest.mark.parametrize("how", ["refused", "hangs"])
+def test_an_endpoint_that_is_down_is_one_line_within_a_bounded_time(kind, how, monkeypatch, tmp_path):
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "3")
+    monkeypatch.setenv(retry.CONNECT_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(retry.READ_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(retry.DEADLINE_ENV, "30")
+    with contextlib.ExitStack() as stack:
+        url = f"http://127.0.0.1:{free_port()}" if how == "refused" else stack.enter_context(Blackhole()).url
+        if kind == "gcs":
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+        else:
+            from tests.fixtures.s3 import CREDENTIALS
+
+            monkeypatch.setenv("AWS_ENDPOINT_URL_S3", url)
+            for name, value in CREDENTIALS.items():
+                monkeypatch.setenv(name, value)
+        uri = f"{'gs' if kind == 'gcs' else 's3'}://gpupipe-test/serving/versions.json"
+        started = time.monotonic()
+        with pytest.raises(storage.StorageError) as err:
+            storage.read_bytes(uri)
+        seconds = time.monotonic() - started
+    message = str(err.value)
+    print(f"{kind} {how}: {seconds:.2f} s: {message}")
+    assert err.value.kind == retry.UNREACHABLE and "\n" not in message
+    assert message.startswith(f"{uri}: cannot reach {url} after 3 tries in "), message
+    assert message.endswith("or raise storage.retry.attempts")
+    # 3 tries: at most 3 timeouts of 1 s and two waits (GCS: 0.5 s, 1 s with jitter; botocore: up to 1 s, 2 s)
+    assert seconds < 8, seconds
