@@ -261,7 +261,8 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
             stable, canary = releases(base, config.serving.model_name)
         access, steps = kserve_s3_access(config, base)
-        docs = [*access, kserve_inference_service(config, base, stable, canary)]
+        mode = "RawDeployment" if args.raw_deployment else "Serverless"
+        docs = [*access, kserve_inference_service(config, base, stable, canary, mode)]
         for line in steps:  # what the user does to the Secret gpupipe never writes (stdout stays the YAML)
             print(line, file=sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
@@ -541,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, help="KServe: the stable version to serve (default: the serving base's "
                                                "stable version)")
     p.add_argument("--canary", type=int, help="with --version: the canary version (default: none)")
+    p.add_argument("--raw-deployment", action="store_true",
+                   help="KServe without Knative (deploymentMode RawDeployment, HPA on cpu or memory, no canary split)")
     p.add_argument("--rbac", action="store_true", help="print the launcher's Role and RoleBinding instead")
     p.add_argument("--namespace", default="kubeflow", help="with --rbac: where the pipeline runs (default: kubeflow)")
     p.add_argument("--service-account",
@@ -550,8 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "LimitRange, Kueue ResourceFlavors, ClusterQueue, LocalQueue and RBAC")
     p.add_argument("--gpu-quota", type=int, default=0, help="with --tenant: the team's on-demand GPUs")
     p.add_argument("--spot-gpu-quota", type=int, default=0, help="with --tenant: the team's spot GPUs")
-    p.add_argument("--borrowing-limit", type=int, default=0,
-                   help="with --tenant: GPUs the team may borrow from the cohort while others leave them idle")
+    p.add_argument("--borrowing-limit", type=int, default=None,
+                   help="with --tenant: GPUs the team may borrow from the cohort while others leave them idle "
+                        "(unset: no limit; 0: never borrows)")
     p.add_argument("--cohort", default="gpupipe-pool", help="with --tenant: the Kueue cohort that shares the pool")
     p.set_defaults(func=cmd_manifest)
     return parser

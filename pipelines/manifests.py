@@ -1,9 +1,12 @@
 """Kubernetes manifests derived from a config (pure functions: config in, dict out)."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from components.contracts.errors import GpupipeError
+from components.contracts.pods import (TMP_MOUNT, TMP_VOLUME, restricted_container_security,
+                                       restricted_pod_security)
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV, S3Settings
 from pipelines.config import PipelineConfig
 
@@ -12,6 +15,7 @@ GRPC_PORT, REST_PORT = 8500, 8501
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 TFSERVING_CONFIG_DIR = "/etc/tfserving"
 CONFIG_POLL_SECONDS = 30
+TFSERVING_TMP_LIMIT = "1Gi"
 TFSERVING_S3_SINCE = (2, 7)  # the stock tensorflow/serving images have no s3:// file system from 2.7 on
 KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secret a ServiceAccount lists
 
@@ -48,27 +52,74 @@ def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
                         "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (or pvc://)")
 
 
+# KServe's autoscaling rule (kserve/kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go,
+# validateAutoScalingCompExtension): under Serverless the predictor's scaleMetric must be one Knative's
+# autoscaler class takes: KPA (the default) concurrency or rps; cpu or memory only with Knative's HPA
+# class annotation. Under RawDeployment the scaleMetric is checked against the HPA (cpu, memory) when
+# KServe's own autoscalerClass annotation is hpa. The HPA's target is a utilisation percent, 1 to 100.
+SERVERLESS, RAW_DEPLOYMENT = "Serverless", "RawDeployment"
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
+KSERVE_AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"  # RawDeployment: hpa | keda | external | none
+KNATIVE_CLASS, KNATIVE_HPA = "autoscaling.knative.dev/class", "hpa.autoscaling.knative.dev"  # Serverless
+HPA_METRICS, KPA_METRICS = ("cpu", "memory"), ("concurrency", "rps")
+
+
+def kserve_autoscaling_annotations(config: PipelineConfig, mode: str = SERVERLESS) -> dict:
+    """The InferenceService annotations that make serving.autoscaling.metric one the mode's
+    autoscaler takes: Serverless with concurrency or rps, Knative's default (KPA); with cpu
+    or memory, Knative's HPA class (Knative Serving's HPA extension, serving-hpa.yaml, must be
+    installed); RawDeployment with cpu or memory, KServe's HPA. Anything else is refused."""
+    scaling = config.serving.autoscaling
+    metric, target = scaling.metric, scaling.target
+    if mode not in (SERVERLESS, RAW_DEPLOYMENT):
+        raise GpupipeError(f"KServe deploymentMode {mode!r}: gpupipe writes {SERVERLESS} or {RAW_DEPLOYMENT}")
+    if metric in HPA_METRICS and not 1 <= target <= 100:
+        raise GpupipeError(f"serving.autoscaling.target: {target} with metric {metric}, a utilisation percent KServe "
+                           "takes from 1 to 100; set serving.autoscaling.target between 1 and 100")
+    annotations = {DEPLOYMENT_MODE: mode}
+    if mode == RAW_DEPLOYMENT:
+        if metric not in HPA_METRICS:
+            raise GpupipeError(f"serving.autoscaling.metric: {metric} is Knative's, and KServe's RawDeployment scales "
+                               "with the HPA; set serving.autoscaling.metric: cpu or memory, or serve Serverless "
+                               "(without --raw-deployment)")
+        annotations[KSERVE_AUTOSCALER_CLASS] = "hpa"
+    elif metric in HPA_METRICS:
+        annotations[KNATIVE_CLASS] = KNATIVE_HPA
+    return annotations
+
+
 def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: Optional[int],
-                             canary: Optional[int] = None) -> dict:
+                             canary: Optional[int] = None, mode: str = SERVERLESS) -> dict:
     """A KServe InferenceService (`predictor.model`, modelFormat tensorflow) serving the
     released version only: KServe's TensorFlow runtime starts TF Serving without a model
     config file, so it serves the highest version under storageUri; storageUri is therefore
     the version's release prefix (`<model>/releases/<N>/`, which holds `<N>/` alone). With
     a canary, storageUri is the canary's and `canaryTrafficPercent` sends it
     serving.canary_percent of the traffic; the revision rolled out before (the stable one)
-    keeps the rest (Knative: deploymentMode Serverless)."""
+    keeps the rest (Knative: deploymentMode Serverless; RawDeployment has no traffic split,
+    so a canary is refused there). The autoscaling annotations follow the mode and metric
+    (kserve_autoscaling_annotations); the model container runs as the restricted Pod
+    Security profile asks (restricted_container_security)."""
     from components.store.base import ServingStore
 
     srv = config.serving
     base = kserve_base(config, serving_base)
+    annotations = kserve_autoscaling_annotations(config, mode)
     if stable is None:
         hint = "; promote its canary first (gpupipe promote)" if canary is not None else "; push one first"
         raise GpupipeError(f"serving.base: {base} has no stable version of {srv.model_name}{hint}, or pass "
                            "--version N")
+    if canary is not None and mode == RAW_DEPLOYMENT:
+        raise GpupipeError(f"serving: version {canary} of {srv.model_name} is a canary, and KServe's RawDeployment "
+                           "has no traffic split (canaryTrafficPercent is Knative's); gpupipe promote or abort it, or "
+                           "serve Serverless (without --raw-deployment)")
     store = ServingStore(base, srv.model_name)
     model = {"modelFormat": {"name": "tensorflow"}, "runtimeVersion": srv.tf_serving_version,
              "storageUri": store.release_path(canary if canary is not None else stable),
-             "resources": _resources(config)}
+             "resources": _resources(config),
+             # Knative takes these container fields without a feature flag (a pod-level
+             # securityContext needs kubernetes.podspec-securitycontext), so each is set here.
+             "securityContext": restricted_container_security(pod_level=False)}
     scaling = srv.autoscaling
     predictor = {"minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,
                  "scaleMetric": scaling.metric, "scaleTarget": scaling.target, "model": model}
@@ -84,8 +135,7 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
     if account:
         predictor["serviceAccountName"] = account
     metadata = _metadata(config, srv.model_name)
-    metadata["annotations"] = {"serving.kserve.io/deploymentMode": "Serverless",
-                               "gpupipe/stable-version": str(stable)}
+    metadata["annotations"] = {**annotations, "gpupipe/stable-version": str(stable)}
     if canary is not None:
         metadata["annotations"]["gpupipe/canary-version"] = str(canary)
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": metadata,
@@ -200,8 +250,11 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
     if srv.batching.enabled:
         args += ["--enable_batching=true", f"--batching_parameters_file={TFSERVING_CONFIG_DIR}/batching.config"]
         data["batching.config"] = batching_parameters(config)
-    env, mounts = [], [{"name": "tfserving-config", "mountPath": TFSERVING_CONFIG_DIR, "readOnly": True}]
-    volumes = [{"name": "tfserving-config", "configMap": {"name": name}}]
+    env = []
+    mounts = [{"name": "tfserving-config", "mountPath": TFSERVING_CONFIG_DIR, "readOnly": True},
+              {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}]
+    volumes = [{"name": "tfserving-config", "configMap": {"name": name}},
+               {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TFSERVING_TMP_LIMIT}}]
     if base.startswith("s3://"):
         env += tf_serving_s3_env(config)
     elif cluster.gcs_credentials_secret:
@@ -219,11 +272,13 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
                            "periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 20, "failureThreshold": 3},
         "startupProbe": {"tcpSocket": {"port": GRPC_PORT}, "periodSeconds": 10, "failureThreshold": 30},
+        # the server reads models from the bucket and writes nothing but /tmp (an emptyDir)
+        "securityContext": restricted_container_security(),
     }
     if env:
         container["env"] = env
     selector = {"app.kubernetes.io/name": srv.model_name, "app.kubernetes.io/component": "tfserving"}
-    pod_spec = {"containers": [container], "volumes": volumes}
+    pod_spec = {"securityContext": restricted_pod_security(), "containers": [container], "volumes": volumes}
     if srv.service_account:
         pod_spec["serviceAccountName"] = srv.service_account
     if cluster.image_pull_secrets:
@@ -255,10 +310,11 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
 
 def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) -> list:
     """The Role and RoleBinding the train task needs to launch its multi-worker job in
-    `namespace`: create, follow and delete JobSets or TFJobs, as the pipeline's runner
+    `namespace`: create, get (follow) and delete JobSets or TFJobs, the verbs the launcher
+    calls (components/train/launch.py LAUNCHER_VERBS), as the pipeline's runner
     (`service_account`: `pipeline-runner` on standalone Kubeflow Pipelines, `default-editor`
     in a Kubeflow profile namespace)."""
-    from components.train.launch import API
+    from components.train.launch import API, LAUNCHER_VERBS
 
     group, _, plural, _ = API[config.training.launcher]
     name = f"gpupipe-{config.name}-launcher"
@@ -266,7 +322,7 @@ def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) 
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "rules": [{"apiGroups": [group], "resources": [plural], "verbs": ["create", "get", "list", "watch", "delete"]}],
+        "rules": [{"apiGroups": [group], "resources": [plural], "verbs": list(LAUNCHER_VERBS)}],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -293,19 +349,32 @@ def _per_gpu(quantity: str, gpus_per_worker: int, gpu_quota: int, unit: str = ""
 
 
 def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu_quota: int = 0,
-                     borrowing_limit: int = 0, cohort: str = "gpupipe-pool",
+                     borrowing_limit: Optional[int] = None, cohort: str = "gpupipe-pool",
                      service_account: str = "default-editor") -> list:
     """What one team needs to share the GPU pool through Kueue: its Namespace, a
     ResourceQuota capping its GPU requests, a LimitRange giving unset containers requests,
     the pool's ResourceFlavors (on-demand and spot nodes), the team's ClusterQueue (its
     nominal GPU quota per flavor, what it may borrow from the cohort, preemption by
-    priority), the LocalQueue its runs name in cluster.queue, and the launcher's RBAC."""
+    priority), the LocalQueue its runs name in cluster.queue, and the launcher's RBAC.
+    `borrowing_limit` None leaves borrowingLimit out (Kueue: no limit within the cohort);
+    0 writes borrowingLimit: 0 (the team never borrows)."""
     from pipelines.pods import training_shape
 
     t = config.training
     if not t.gpus:
         raise GpupipeError("training.gpus: 0, so nothing of this pipeline uses the GPU quota; set training.gpus "
                            "and training.accelerator to share the GPU pool")
+    # Kueue's ClusterQueue webhook (pkg/webhooks/clusterqueue_webhook.go) refuses a negative
+    # nominalQuota or borrowingLimit, and a borrowingLimit without a cohort.
+    for flag, value in (("--gpu-quota", gpu_quota), ("--spot-gpu-quota", spot_gpu_quota),
+                        ("--borrowing-limit", borrowing_limit)):
+        if value is not None and value < 0:
+            raise GpupipeError(f"manifest {flag} {value}: a GPU count is 0 or more (Kueue refuses a negative quota); "
+                               f"give {flag} N with N >= 0")
+    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", cohort or "") \
+            or len(cohort) > 253:
+        raise GpupipeError(f"manifest --cohort {cohort!r}: not a Kueue cohort name (lowercase letters, digits, '-' "
+                           "and '.'); give e.g. --cohort gpupipe-pool")
     shape = training_shape(config, queued=False)
     gpu = t.accelerator or "nvidia.com/gpu"
     labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/tenant": team}
@@ -319,11 +388,11 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}}, "spec": spec}
 
-    def quotas(gpus: int, borrow: int) -> list:
+    def quotas(gpus: int, borrow: Optional[int]) -> list:
         resources = [{"name": "cpu", "nominalQuota": _per_gpu(shape.cpu_request, t.gpus, gpus)},
                      {"name": "memory", "nominalQuota": _per_gpu(shape.memory_request, t.gpus, gpus, "Mi")},
                      {"name": gpu, "nominalQuota": gpus}]
-        if borrow:
+        if borrow is not None:
             resources[0]["borrowingLimit"] = _per_gpu(shape.cpu_request, t.gpus, borrow)
             resources[1]["borrowingLimit"] = _per_gpu(shape.memory_request, t.gpus, borrow, "Mi")
             resources[2]["borrowingLimit"] = borrow
@@ -336,7 +405,7 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team, "labels": labels}},
         {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpupipe-gpus", "namespace": team,
                                                                      "labels": labels},
-         "spec": {"hard": {f"requests.{gpu}": str(gpu_quota + spot_gpu_quota + borrowing_limit)}}},
+         "spec": {"hard": {f"requests.{gpu}": str(gpu_quota + spot_gpu_quota + (borrowing_limit or 0))}}},
         {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "gpupipe-defaults", "namespace": team,
                                                                   "labels": labels},
          "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "250m", "memory": "512Mi"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Dict
 
 from components.contracts import names
-from components.contracts.pods import EmptyDir, PodShape, SecretEnv, SecretVolume
+from components.contracts.pods import TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv, SecretVolume
 from pipelines.config import PipelineConfig, StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
@@ -27,6 +27,10 @@ STEP_DEFAULTS: Dict[str, StepResources] = {
     names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
     names.REPORT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
 }
+# /tmp of the pods that train: an emptyDir, so the workers' root filesystem can be read-only
+# (Pod Security "restricted"); staging and the local backup go there without a disk cache.
+# A cap past which the kubelet evicts the pod, not a reservation.
+TMP_SIZE_LIMIT = "20Gi"
 LAUNCHER = StepResources(cpu="250m", cpu_limit="500m", memory="512Mi", memory_limit="1Gi")
 
 
@@ -76,7 +80,7 @@ def queue_labels(config: PipelineConfig) -> dict:
 def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
     """The pod (or each worker's pod) that trains: training.cpu/memory as request and limit
     when set, GPUs, node selector, tolerations (the spot pool's too with training.spot),
-    an emptyDir for the disk input cache, and (`queued`: a pod Kueue admits by itself)
+    an emptyDir for /tmp and one for the disk input cache, and (`queued`: a pod Kueue admits by itself)
     the queue labels."""
     t = config.training
     resources = step_resources(config, names.TRAIN)
@@ -85,7 +89,8 @@ def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
     if t.memory:
         resources = resources.model_copy(update={"memory": t.memory, "memory_limit": t.memory})
     common = _common(config)
-    empty_dirs, env = [], dict(common.pop("env", {}))
+    empty_dirs = [EmptyDir(name=TMP_VOLUME, mount_path=TMP_MOUNT, size_limit=TMP_SIZE_LIMIT)]
+    env = dict(common.pop("env", {}))
     if t.disk_cache_budget_mb:
         empty_dirs.append(EmptyDir(name=names.SCRATCH_VOLUME, mount_path=names.SCRATCH_MOUNT,
                                    size_limit=f"{t.disk_cache_budget_mb}Mi"))

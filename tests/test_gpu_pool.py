@@ -99,3 +99,133 @@ def test_a_spot_config_compiles_with_the_spot_selector_toleration_and_more_retri
     settings = json.loads(docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["settings"]
                           ["runtimeValue"]["constant"])
     assert settings["checkpoint_steps"] == 50 and settings["spot"] is True
+
+
+# -- Kueue's ClusterQueue webhook, beyond the CRD's schema ----------------------------------------
+KUEUE_WEBHOOK = "kubernetes-sigs/kueue v0.19.2, pkg/webhooks/clusterqueue_webhook.go"
+
+
+def cluster_queue_refusals(queue: dict) -> list:
+    """What Kueue refuses in a ClusterQueue (KUEUE_WEBHOOK, ValidateClusterQueue ->
+    validateClusterQueueSpec, and the CEL rules of apis/kueue/v1beta1/clusterqueue_types.go):
+    - validateResourceGroups: each covered resource a valid label key (common.go
+      validateResourceName), none covered twice, no flavor named twice across groups;
+    - the ResourceGroup CEL rule: every flavor lists as many resources as coveredResources;
+    - validateFlavorQuotas: resources[i].name == coveredResources[i]; nominalQuota and
+      borrowingLimit not negative (validateResourceQuantity); a borrowingLimit only with a
+      cohort (validateLimit: "must be nil when cohort is empty"); a lendingLimit not above the
+      nominalQuota (validateLendingLimit);
+    - validatePreemption: not reclaimWithinCohort Never with borrowWithinCohort.policy other
+      than Never;
+    - validateTotalFlavors, validateTotalCoveredResources: at most 256 of each."""
+    from kubernetes.utils import parse_quantity
+
+    from components.contracts.pods import LABEL_KEY_RE
+
+    spec, problems = queue["spec"], []
+    has_cohort = bool(spec.get("cohort"))
+    seen_resources, seen_flavors = set(), set()
+    groups = spec.get("resourceGroups", [])
+    for i, group in enumerate(groups):
+        covered = group["coveredResources"]
+        for name in covered:
+            if not LABEL_KEY_RE.match(name):
+                problems.append(f"resourceGroups[{i}].coveredResources: {name} is not a label key")
+            if name in seen_resources:
+                problems.append(f"resourceGroups[{i}].coveredResources: {name} duplicated")
+            seen_resources.add(name)
+        for flavor in group["flavors"]:
+            where = f"resourceGroups[{i}].flavors[{flavor['name']}]"
+            if flavor["name"] in seen_flavors:
+                problems.append(f"{where}: flavor duplicated")
+            seen_flavors.add(flavor["name"])
+            if len(flavor["resources"]) != len(covered):
+                problems.append(f"{where}: flavors must have the same number of resources as the coveredResources")
+            for name, quota in zip(covered, flavor["resources"]):
+                if quota["name"] != name:
+                    problems.append(f"{where}.{quota['name']}: must match the name in coveredResources")
+                if parse_quantity(quota["nominalQuota"]) < 0:
+                    problems.append(f"{where}.{name}.nominalQuota: must be greater than or equal to 0")
+                if "borrowingLimit" in quota:
+                    if not has_cohort:
+                        problems.append(f"{where}.{name}.borrowingLimit: must be nil when cohort is empty")
+                    if parse_quantity(quota["borrowingLimit"]) < 0:
+                        problems.append(f"{where}.{name}.borrowingLimit: must be greater than or equal to 0")
+                if "lendingLimit" in quota and parse_quantity(quota["lendingLimit"]) > \
+                        parse_quantity(quota["nominalQuota"]):
+                    problems.append(f"{where}.{name}.lendingLimit: must be less than or equal to the nominalQuota")
+    preemption = spec.get("preemption", {})
+    if preemption.get("reclaimWithinCohort") == "Never" and \
+            preemption.get("borrowWithinCohort", {}).get("policy", "Never") != "Never":
+        problems.append("preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never")
+    if sum(len(g["flavors"]) for g in groups) > 256 or sum(len(g["coveredResources"]) for g in groups) > 256:
+        problems.append("resourceGroups: more than 256 flavors or covered resources")
+    return problems
+
+
+@pytest.mark.parametrize("quota, spot, borrow", [(4, 8, 4), (4, 0, None), (2, 0, 0), (1, 1, 0), (0, 4, 2)])
+def test_a_teams_cluster_queue_passes_kueues_webhook_and_names_its_flavors(ctr_config, quota, spot, borrow):
+    docs = tenant_manifests(with_cluster(ctr_config), "team-a", gpu_quota=quota, spot_gpu_quota=spot,
+                            borrowing_limit=borrow)
+    (queue,) = [d for d in docs if d["kind"] == "ClusterQueue"]
+    assert cluster_queue_refusals(queue) == []
+    # every flavor the queue names is one of the ResourceFlavors printed beside it (else Kueue
+    # leaves the queue inactive, FlavorNotFound)
+    flavors = {d["metadata"]["name"] for d in docs if d["kind"] == "ResourceFlavor"}
+    assert {f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]} == flavors
+    for doc in docs:
+        assert_valid(doc)
+
+
+def test_the_kueue_rule_refuses_what_its_webhook_refuses(ctr_config):
+    import copy
+
+    (queue,) = [d for d in tenant_manifests(ctr_config, "team-a", 4, borrowing_limit=2) if d["kind"] == "ClusterQueue"]
+    no_cohort = copy.deepcopy(queue)
+    del no_cohort["spec"]["cohort"]
+    assert "resourceGroups[0].flavors[gpupipe-on-demand].nvidia.com/gpu.borrowingLimit: must be nil when cohort is " \
+           "empty" in cluster_queue_refusals(no_cohort)
+    negative = copy.deepcopy(queue)
+    negative["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = -1
+    assert cluster_queue_refusals(negative) == [
+        "resourceGroups[0].flavors[gpupipe-on-demand].nvidia.com/gpu.nominalQuota: must be greater than or equal to 0"]
+    swapped = copy.deepcopy(queue)
+    swapped["spec"]["resourceGroups"][0]["coveredResources"].reverse()
+    assert any("must match the name in coveredResources" in p for p in cluster_queue_refusals(swapped))
+    short = copy.deepcopy(queue)
+    short["spec"]["resourceGroups"][0]["flavors"][0]["resources"].pop()
+    assert any("same number of resources" in p for p in cluster_queue_refusals(short))
+
+
+def test_a_borrowing_limit_of_0_is_written_and_unset_is_no_limit(ctr_config, capsys):
+    from pipelines.cli import main
+
+    def gpu_quota(docs) -> dict:
+        (queue,) = [d for d in docs if d["kind"] == "ClusterQueue"]
+        return queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+
+    never = gpu_quota(tenant_manifests(ctr_config, "team-a", 4, borrowing_limit=0))
+    assert [r.get("borrowingLimit") for r in never] == ["0", "0Mi", 0]
+    unlimited = gpu_quota(tenant_manifests(ctr_config, "team-a", 4))
+    assert all("borrowingLimit" not in r for r in unlimited)
+    # through the command line: --borrowing-limit 0 is 0, not "unset"
+    assert main(["manifest", "configs/ctr.yaml", "--tenant", "team-a", "--gpu-quota", "4",
+                 "--borrowing-limit", "0"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert gpu_quota(docs)[2] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}
+    assert main(["manifest", "configs/ctr.yaml", "--tenant", "team-a", "--gpu-quota", "4"]) == 0
+    assert "borrowingLimit" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(gpu_quota=-1), "manifest --gpu-quota -1: a GPU count is 0 or more"),
+    (dict(gpu_quota=2, borrowing_limit=-2), "manifest --borrowing-limit -2: a GPU count is 0 or more"),
+    (dict(gpu_quota=2, cohort=""), "manifest --cohort '': not a Kueue cohort name"),
+    (dict(gpu_quota=2, cohort="Team_Pool"), "manifest --cohort 'Team_Pool': not a Kueue cohort name"),
+])
+def test_what_kueue_would_refuse_is_refused_in_one_line(ctr_config, args, message):
+    from components.contracts.errors import GpupipeError
+
+    with pytest.raises(GpupipeError) as err:
+        tenant_manifests(ctr_config, "team-a", **args)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

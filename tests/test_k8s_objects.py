@@ -37,10 +37,10 @@ def with_serving(config, **changes):
         {**config.serving.model_dump(), **changes})})
 
 
-@pytest.mark.parametrize("canary", [None, 4])
-def test_the_kserve_inference_service_validates(penguins_config, canary):
+@pytest.mark.parametrize("canary, mode", [(None, "Serverless"), (4, "Serverless"), (None, "RawDeployment")])
+def test_the_kserve_inference_service_validates(penguins_config, canary, mode):
     config = with_serving(penguins_config, canary_percent=20, service_account="kserve-reader")
-    assert_valid(kserve_inference_service(config, "gs://bucket/serving", 3, canary))
+    assert_valid(kserve_inference_service(config, "gs://bucket/serving", 3, canary, mode=mode))
 
 
 def test_the_tf_serving_objects_validate(penguins_config):

@@ -30,7 +30,7 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
     manifest = job_manifest(ctr_launch(ctr_config, launcher=kind), "gpupipe-train-test", "team-a", COMMAND)
     pod = worker_pod(manifest)
     container = pod["containers"][0]
-    assert container["image"] == "ghcr.io/gpupipe/gpupipe-gpu:0.1.0" and container["command"] == COMMAND
+    assert container["image"] == ctr_config.images.gpu_image and container["command"] == COMMAND
     assert container["resources"] == {"requests": {"cpu": "8", "memory": "32G"},
                                       "limits": {"cpu": "8", "memory": "32G", "nvidia.com/gpu": "2"}}
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -43,6 +43,10 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
     assert {"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": "20480Mi"}} in pod["volumes"]
     assert {"name": "gpupipe-scratch", "mountPath": "/gpupipe-scratch"} in container["volumeMounts"]
     assert env["GPUPIPE_SCRATCH_DIR"] == "/gpupipe-scratch"
+    # /tmp on an emptyDir, so the root filesystem is read-only (Pod Security "restricted")
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["activeDeadlineSeconds"] == 24 * 3600
     if kind == "tfjob":
         assert manifest["apiVersion"] == "kubeflow.org/v1" and container["name"] == "tensorflow"
@@ -180,3 +184,64 @@ def test_sigterm_to_the_launcher_deletes_the_job_and_exits_143(tmp_path, ctr_con
     assert proc.returncode == 143, output
     assert [key[1] for key in cluster.deleted] == ["tfjobs"] and not cluster.objects
     assert "SIGTERM: deleting TFJob default/gpupipe-train-" in output
+
+
+def _verb(method: str, path: str) -> str:
+    """The RBAC verb of one request to the Kubernetes API (the API server's request info)."""
+    named = path.split("?")[0].rstrip("/").count("/") > 6  # /apis/<g>/<v>/namespaces/<ns>/<plural>/<name>
+    if method == "GET":
+        return "watch" if "watch=" in path else ("get" if named else "list")
+    return {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if named else "deletecollection"}[method]
+
+
+def test_the_launcher_role_grants_exactly_the_verbs_the_launcher_calls(ctr_config):
+    """Every request the launcher sends the Kubernetes API fixture, on the way to success and
+    to a failure, maps to an RBAC verb; the Role gpupipe prints grants those and no others."""
+    from components.train.launch import LAUNCHER_VERBS, run_training_job
+    from pipelines.manifests import launcher_rbac
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    used = set()
+    done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "ok"}]
+    failed = [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}]
+    for conditions in ([RUNNING, done], [RUNNING, failed]):
+        with kubernetes_api(conditions) as (url, cluster):
+            try:
+                run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
+            except GpupipeError:
+                pass
+        used |= {_verb(method, path) for method, path in cluster.requests}
+    assert used == set(LAUNCHER_VERBS) == {"create", "get", "delete"}
+    (rule,) = launcher_rbac(ctr_config, "team-a", "default-editor")[0]["rules"]
+    assert sorted(rule["verbs"]) == sorted(used) and rule["resources"] == ["jobsets"]
+    assert _verb("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/a/jobsets?watch=true") == "watch"
+    assert _verb("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/a/jobsets") == "list"
+
+
+def test_workers_default_to_the_tasks_service_account_without_its_token(ctr_config, tmp_path, monkeypatch):
+    import base64
+
+    from components.train import launch as launch_module
+    from components.train.launch import task_service_account, with_task_service_account
+
+    def token(sub: str) -> str:
+        body = base64.urlsafe_b64encode(json.dumps({"sub": sub}).encode()).decode().rstrip("=")
+        path = tmp_path / "token"
+        path.write_text(f"e30.{body}.signature")
+        return str(path)
+
+    assert task_service_account(token("system:serviceaccount:team-a:default-editor")) == "default-editor"
+    assert task_service_account(token("user:alice")) is None
+    assert task_service_account(str(tmp_path / "none")) is None  # outside a pod
+    monkeypatch.setattr(launch_module, "current_namespace", lambda: "team-a")
+    plain = ctr_launch(ctr_config)
+    assert plain.shape.service_account is None
+    pod = worker_pod(job_manifest(with_task_service_account(plain, "team-a", "default-editor"), "j", "team-a",
+                                  COMMAND))
+    assert pod["serviceAccountName"] == "default-editor" and pod["automountServiceAccountToken"] is False
+    # another namespace has no such account; a configured one stays
+    assert with_task_service_account(plain, "team-b", "default-editor") == plain
+    configured = plain.model_copy(update={"shape": plain.shape.model_copy(update={"service_account": "trainer"})})
+    assert with_task_service_account(configured, "team-a", "default-editor") == configured
+    assert "automountServiceAccountToken" not in worker_pod(job_manifest(configured, "j", "team-a", COMMAND))

@@ -123,7 +123,7 @@ def test_tf_serving_reads_an_s3_base_with_its_s3_environment_and_the_keys_by_ref
                                                                      "key": "AWS_ACCESS_KEY_ID"}}},
         {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "gpupipe-minio",
                                                                          "key": "AWS_SECRET_ACCESS_KEY"}}}]
-    assert [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]] == ["tfserving-config"]
+    assert [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]] == ["tfserving-config", "tmp"]
     # Ceph RGW behind TLS, KFP's own MinIO Secret's key names; and AWS S3 itself (no endpoint)
     ceph = with_s3(config, endpoint="https://rgw.ceph.internal:7480", region="eu-1",
                    credentials_secret="mlpipeline-minio-artifact", access_key_key="accesskey",
@@ -193,3 +193,132 @@ def test_gpupipe_manifest_prints_the_objects_and_the_annotate_command_apart(caps
     assert isvc["spec"]["predictor"]["serviceAccountName"] == account["metadata"]["name"] == "penguins-s3"
     assert err.startswith("kubectl -n models annotate --overwrite secret gpupipe-minio serving.kserve.io/s3-endpoint=")
     assert err.count("\n") == 1
+
+
+# -- KServe's autoscaling rule, as its admission webhook applies it -------------------------------
+KSERVE_VALIDATION = "kserve/kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go"
+
+
+def kserve_autoscaling_refusal(isvc: dict) -> str:
+    """Why KServe's webhook refuses `isvc`'s predictor autoscaling ("" when it accepts), the
+    rule as KServe states it (KSERVE_VALIDATION, the version of the CRD in tests/fixtures/crds):
+    - validateInferenceServiceAutoscaler: a serving.kserve.io/autoscalerClass annotation, when
+      present, is one of constants.AutoscalerAllowedClassList (hpa, external, keda, none);
+    - validateAutoScalingCompExtension: under deploymentMode RawDeployment the predictor is
+      checked by validateScalingHPACompExtension when that class is hpa (and by the KEDA check,
+      which refuses any scaleMetric, when it is keda; otherwise not at all); under any other
+      mode (Serverless, the default) by validateScalingHPACompExtension when Knative's
+      autoscaling.knative.dev/class is hpa.autoscaling.knative.dev, else by
+      validateScalingKPACompExtension;
+    - validateScalingHPACompExtension: scaleMetric (default cpu) in
+      constants.AutoscalerAllowedHPAMetricsList (cpu, memory), and a scaleTarget over 100
+      refused, as is below 1 for cpu or memory;
+    - validateScalingKPACompExtension: no deploymentStrategy, scaleMetric (default concurrency)
+      in constants.AutoscalerAllowedKPAMetricsList (concurrency, rps), an rps target below 1
+      refused."""
+    annotations = isvc["metadata"].get("annotations", {})
+    predictor = isvc["spec"]["predictor"]
+    metric, target = predictor.get("scaleMetric"), predictor.get("scaleTarget")
+    kserve_class = annotations.get("serving.kserve.io/autoscalerClass")
+    if kserve_class is not None and kserve_class not in ("hpa", "external", "keda", "none"):
+        return f"[{kserve_class}] is not a supported autoscaler class type"
+
+    def hpa() -> str:
+        if (metric or "cpu") not in ("cpu", "memory"):
+            return f"[{metric}] is not a supported metric"
+        if target is not None and ((metric or "cpu") == "cpu" and target < 1 or target > 100):
+            return "the target utilization percentage should be a [1-100] integer"
+        if target is not None and metric == "memory" and target < 1:
+            return "the target memory should be greater than 1 MiB"
+        return ""
+
+    def kpa() -> str:
+        if "deploymentStrategy" in predictor:
+            return "customizing deploymentStrategy is only supported for raw deployment mode"
+        if (metric or "concurrency") not in ("concurrency", "rps"):
+            return f"[{metric}] is not a supported metric"
+        if target is not None and metric == "rps" and target < 1:
+            return "the target for rps should be greater than 1"
+        return ""
+
+    if annotations.get("serving.kserve.io/deploymentMode") == "RawDeployment":
+        if kserve_class == "hpa":
+            return hpa()
+        if kserve_class == "keda":
+            return "ScaleMetric is not supported for KEDA" if metric is not None else ""
+        return ""
+    return hpa() if annotations.get("autoscaling.knative.dev/class") == "hpa.autoscaling.knative.dev" else kpa()
+
+
+def test_the_kserve_rule_refuses_what_its_webhook_refuses(penguins_config):
+    """The rule itself: today's Serverless output with scaleMetric cpu (issue #26), and KServe's
+    own hpa class under Serverless (that annotation is read only under RawDeployment), are
+    refused; so are a Knative metric under RawDeployment's HPA and a cpu target over 100."""
+    def isvc(annotations: dict, metric: str, target: int = 80) -> dict:
+        return {"metadata": {"annotations": annotations},
+                "spec": {"predictor": {"scaleMetric": metric, "scaleTarget": target}}}
+
+    serverless, raw = {"serving.kserve.io/deploymentMode": "Serverless"}, {
+        "serving.kserve.io/deploymentMode": "RawDeployment", "serving.kserve.io/autoscalerClass": "hpa"}
+    assert kserve_autoscaling_refusal(isvc(serverless, "cpu")) == "[cpu] is not a supported metric"
+    assert kserve_autoscaling_refusal(isvc({**serverless, "serving.kserve.io/autoscalerClass": "hpa"}, "memory")) \
+        == "[memory] is not a supported metric"
+    assert kserve_autoscaling_refusal(isvc(raw, "concurrency")) == "[concurrency] is not a supported metric"
+    assert kserve_autoscaling_refusal(isvc(raw, "memory", 150)) == \
+        "the target utilization percentage should be a [1-100] integer"
+    assert kserve_autoscaling_refusal(isvc({**serverless, "serving.kserve.io/autoscalerClass": "kpa"}, "rps")) == \
+        "[kpa] is not a supported autoscaler class type"
+    assert kserve_autoscaling_refusal(isvc(serverless, "rps", 0)) == "the target for rps should be greater than 1"
+    assert kserve_autoscaling_refusal(isvc(serverless, "concurrency", 500)) == ""  # KPA: no percent
+
+
+@pytest.mark.parametrize("metric", ["cpu", "memory", "concurrency", "rps"])
+@pytest.mark.parametrize("mode", ["Serverless", "RawDeployment"])
+def test_gpupipe_manifest_passes_kserves_autoscaling_rule_for_each_mode_and_metric(penguins_config, mode, metric):
+    """Every metric serving.autoscaling.metric allows: under Serverless each passes (cpu and
+    memory through Knative's HPA class, with a canary too); under RawDeployment (`manifest
+    --raw-deployment`) cpu and memory pass and Knative's metrics are refused in one line."""
+    from pipelines.manifests import kserve_autoscaling_annotations
+
+    config = with_serving(penguins_config, canary_percent=10,
+                          autoscaling={"min_replicas": 1, "max_replicas": 4, "metric": metric, "target": 70})
+    if mode == "RawDeployment" and metric in ("concurrency", "rps"):
+        with pytest.raises(GpupipeError) as err:
+            kserve_inference_service(config, "gs://b/serving", 3, mode=mode)
+        assert str(err.value).startswith(f"serving.autoscaling.metric: {metric} is Knative's") and \
+            "\n" not in str(err.value)
+        return
+    for canary in ([None, 4] if mode == "Serverless" else [None]):
+        isvc = kserve_inference_service(config, "gs://b/serving", 3, canary, mode=mode)
+        assert kserve_autoscaling_refusal(isvc) == "", (mode, metric, isvc["metadata"]["annotations"])
+        assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
+        assert isvc["spec"]["predictor"]["scaleMetric"] == metric
+    assert kserve_autoscaling_annotations(config, mode) == {k: v for k, v in isvc["metadata"]["annotations"].items()
+                                                           if not k.startswith("gpupipe/")}
+
+
+def test_kserve_refuses_in_one_line_what_its_webhook_or_raw_mode_would_refuse(penguins_config):
+    over = with_serving(penguins_config, autoscaling={"metric": "cpu", "target": 150})
+    with pytest.raises(GpupipeError, match=r"^serving.autoscaling.target: 150 with metric cpu, a utilisation percent"):
+        kserve_inference_service(over, "gs://b/serving", 3)
+    assert kserve_inference_service(with_serving(penguins_config, autoscaling={"metric": "rps", "target": 150}),
+                                    "gs://b/serving", 3)  # rps is not a percent
+    canary = with_serving(penguins_config, canary_percent=10)
+    with pytest.raises(GpupipeError, match="KServe's RawDeployment has no traffic split"):
+        kserve_inference_service(canary, "gs://b/serving", 3, 4, mode="RawDeployment")
+
+
+@pytest.mark.parametrize("flags, mode", [([], "Serverless"), (["--raw-deployment"], "RawDeployment")])
+def test_gpupipe_manifest_prints_a_kserve_service_its_webhook_accepts(capsys, flags, mode):
+    """configs/penguins.yaml as shipped (serving.autoscaling.metric cpu): `gpupipe manifest`."""
+    import yaml
+
+    from pipelines.cli import main
+    from pipelines.config import load_config
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml"
+    assert load_config(path).serving.autoscaling.metric == "cpu"
+    assert main(["manifest", str(path), "--serving-base", "gs://b/serving", "--version", "2", *flags]) == 0
+    (isvc,) = yaml.safe_load_all(capsys.readouterr().out)
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
+    assert kserve_autoscaling_refusal(isvc) == ""

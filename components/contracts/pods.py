@@ -64,6 +64,32 @@ class EmptyDir(Strict):
     size_limit: str
 
 
+# The images run as uid 10001 (images/cpu/Dockerfile, images/gpu/Dockerfile: USER 10001); the
+# pods gpupipe writes run as it, as the Pod Security Standards' "restricted" profile asks
+# (tests/test_pod_security.py checks every pod template against that profile's rules).
+IMAGE_UID = 10001
+TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"  # the one writable place under a read-only root filesystem
+
+
+def restricted_pod_security(uid: int = IMAGE_UID) -> dict:
+    """A PodSecurityContext the "restricted" profile accepts: non-root as `uid`, seccomp
+    RuntimeDefault."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def restricted_container_security(pod_level: bool = True, uid: int = IMAGE_UID,
+                                  read_only_root: bool = True) -> dict:
+    """A container SecurityContext the "restricted" profile accepts: no privilege escalation,
+    every capability dropped, a read-only root filesystem (scratch and /tmp on emptyDirs).
+    `pod_level` False: the pod has no securityContext of its own (KServe under Knative), so the
+    container also carries the non-root user and the seccomp profile."""
+    security: dict = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": read_only_root}
+    if not pod_level:
+        security.update(restricted_pod_security(uid))
+    return security
+
+
 class PodShape(Strict):
     cpu_request: str
     cpu_limit: str
@@ -79,6 +105,8 @@ class PodShape(Strict):
     empty_dirs: List[EmptyDir] = Field(default_factory=list)
     image_pull_secrets: List[str] = Field(default_factory=list)
     service_account: Optional[str] = None
+    automount_token: Optional[bool] = Field(None, description="False: no API token in the pod (unset: Kubernetes' "
+                                                              "default)")
     labels: Dict[str, str] = Field(default_factory=dict, description="pod labels (e.g. Kueue's queue name)")
     timeout_seconds: int = Field(gt=0)
 
@@ -109,9 +137,13 @@ class PodShape(Strict):
                            "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
                            + [{"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
                               for k, ref in sorted(self.secret_env.items())],
-                           "resources": self.resources()}
+                           "resources": self.resources(),
+                           # read-only root only when the pod has a writable /tmp
+                           "securityContext": restricted_container_security(
+                               read_only_root=any(ed.mount_path == TMP_MOUNT for ed in self.empty_dirs))}
         volumes, mounts = self.volumes()
-        spec: dict = {"containers": [container], "activeDeadlineSeconds": self.timeout_seconds}
+        spec: dict = {"containers": [container], "activeDeadlineSeconds": self.timeout_seconds,
+                      "securityContext": restricted_pod_security()}
         if mounts:
             container["volumeMounts"] = mounts
             spec["volumes"] = volumes
@@ -123,6 +155,8 @@ class PodShape(Strict):
             spec["imagePullSecrets"] = [{"name": s} for s in self.image_pull_secrets]
         if self.service_account:
             spec["serviceAccountName"] = self.service_account
+        if self.automount_token is not None:
+            spec["automountServiceAccountToken"] = self.automount_token
         if restart_policy:
             spec["restartPolicy"] = restart_policy
         return spec

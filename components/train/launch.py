@@ -27,6 +27,10 @@ WORKERS_ENV = "GPUPIPE_TF_WORKERS"  # JobSet: the workers' host:port list, TF_CO
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
 POD_NAME_ENV, POD_UID_ENV = "GPUPIPE_POD_NAME", "GPUPIPE_POD_UID"  # the task's own pod (downward API)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+# What the launcher asks of the Kubernetes API about its job (follow_job): the launcher Role
+# (pipelines/manifests.py launcher_rbac) grants these verbs and no others.
+LAUNCHER_VERBS = ("create", "get", "delete")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
 
 # kind -> (group, version, plural, Kind)
@@ -168,11 +172,38 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
             print(f"deleted {kind} {namespace}/{name}", flush=True)
 
 
+def task_service_account(token_path: str = SERVICE_ACCOUNT_TOKEN) -> Optional[str]:
+    """The ServiceAccount the train task runs as, from its token's subject
+    (`system:serviceaccount:<namespace>:<name>`); None outside a pod."""
+    import base64
+
+    try:
+        with open(token_path, encoding="utf-8") as f:
+            payload = f.read().strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    parts = str(claims.get("sub", "")).split(":")
+    return parts[3] if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] else None
+
+
+def with_task_service_account(launch: Launch, namespace: str, account: Optional[str]) -> Launch:
+    """Workers without cluster.service_account run as the task's ServiceAccount (its Workload
+    Identity or IRSA binding reads the buckets) when the job runs in the task's namespace,
+    without its API token mounted: they never call the Kubernetes API, and that account may
+    create jobs."""
+    if launch.shape.service_account or not account or namespace != current_namespace():
+        return launch
+    shape = launch.shape.model_copy(update={"service_account": account, "automount_token": False})
+    return launch.model_copy(update={"shape": shape})
+
+
 def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds: float = 15.0) -> str:
     """The train task's multi-worker path: a job named for this task, in `launch.namespace`
     or the task's own, followed to its end."""
     namespace = launch.namespace or current_namespace()
     name = f"gpupipe-train-{uuid.uuid4().hex[:8]}"
+    launch = with_task_service_account(launch, namespace, task_service_account())
     manifest = job_manifest(launch, name, namespace, command, owner_references(namespace))
     return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds)
 
