@@ -163,3 +163,44 @@ def test_local_conditional_writes_hold_across_processes(tmp_path):
 def test_bucketless_uris_are_a_one_line_error():
     with pytest.raises(GpupipeError, match=r"s3://: not a s3://bucket/path URI"):
         storage.split("s3://")
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_missing_bucket_is_one_line_naming_it(kind, monkeypatch):
+    if kind == "gcs":
+        from tests.fixtures.gcs import gcs_emulator as server
+    else:
+        from tests.fixtures.s3 import s3_server as server
+    scheme = "gs" if kind == "gcs" else "s3"
+    with server(monkeypatch):
+        for call in (storage.list_prefix, lambda uri: storage.write_text(uri, "x")):
+            with pytest.raises(storage.StorageError) as err:
+                call(f"{scheme}://no-such-bucket/serving/models.config")
+            assert err.value.kind == "not found" and "\n" not in str(err.value)
+            assert str(err.value).startswith(f"{scheme}://no-such-bucket/serving/models.config: bucket no-such-bucket "
+                                             "does not exist"), str(err.value)
+            assert str(err.value).endswith("or create the bucket")
+
+
+def test_the_configs_retry_bounds_reach_the_clients(monkeypatch):
+    """storage.retry renders the environment every task gets (nothing when unset, so the
+    compiled pipelines of configs without it do not change); the clients take it."""
+    from components.contracts.settings import StorageSettings
+    from components.contracts.storage import retry, s3
+
+    assert StorageSettings().environment() == {}
+    env = StorageSettings.model_validate({"retry": {"attempts": 2, "read_timeout_seconds": 5}}).environment()
+    assert env == {retry.ATTEMPTS_ENV: "2", retry.DEADLINE_ENV: "120", retry.CONNECT_TIMEOUT_ENV: "10",
+                   retry.READ_TIMEOUT_ENV: "5"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert retry.policy() == retry.Policy(2, 120.0, 10.0, 5.0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    config = s3.client().meta.config
+    assert config.retries == {"total_max_attempts": 2, "mode": "standard"} and config.read_timeout == 5.0
+    with pytest.raises(Exception, match="attempts"):
+        StorageSettings.model_validate({"retry": {"attempts": 0}})
+    monkeypatch.setenv(retry.ATTEMPTS_ENV, "many")
+    with pytest.raises(GpupipeError, match=r"^GPUPIPE_STORAGE_ATTEMPTS: 'many' is not a number; fix storage.retry"):
+        retry.policy()
+

@@ -147,3 +147,27 @@ def test_an_endpoint_that_is_down_is_one_line_within_a_bounded_time(kind, how, m
     assert message.endswith("or raise storage.retry.attempts")
     # 3 tries: at most 3 timeouts of 1 s and two waits (GCS: 0.5 s, 1 s with jitter; botocore: up to 1 s, 2 s)
     assert seconds < 8, seconds
+
+
+@pytest.mark.parametrize("attempts", ["", "2"])
+def test_gpupipe_versions_against_an_s3_endpoint_that_is_down_is_one_line(attempts, tmp_path):
+    """The real command, in the scrubbed environment of tests/test_credentials.py, with keys
+    and an endpoint where nothing listens: one line, exit 1, within the bound (the default
+    5 tries: at most 1 + 2 + 4 + 8 s of botocore's backoff; 2 tries: at most 1 s)."""
+    from tests.test_credentials import gpupipe, one_error_line, scrubbed_env, CONFIG
+    from tests.fixtures.s3 import CREDENTIALS
+
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    env = scrubbed_env(tmp_path / "home", AWS_ENDPOINT_URL_S3=endpoint, GPUPIPE_S3_ADDRESSING_STYLE="path",
+                       **CREDENTIALS, **({retry.ATTEMPTS_ENV: attempts} if attempts else {}))
+    started = time.monotonic()
+    out = gpupipe(env, "versions", str(CONFIG), "--serving-base", "s3://gpupipe-models/serving")
+    seconds = time.monotonic() - started
+    line = one_error_line(out)
+    tries = int(attempts or retry.DEFAULT_ATTEMPTS)
+    print(f"{tries} tries: {seconds:.1f} s: {line}")
+    assert line.startswith(f"error: s3://gpupipe-models/serving/penguins/") and \
+        f": cannot reach {endpoint} after {tries} tries in " in line, line
+    assert line.endswith("(no connection); check storage.s3.endpoint (AWS_ENDPOINT_URL_S3) and the network, or raise "
+                         "storage.retry.attempts"), line
+    assert seconds < (30 if tries == 5 else 12), seconds  # the process's own start-up included
