@@ -204,3 +204,47 @@ def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path):
     line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
     assert line == (f"error: data.source: {source} record 1: feature 'bill_length_mm' holds 2 values; gpupipe reads "
                     "one value per feature: write one value per feature (one feature per value)")
+
+
+def split_penguins(directory: Path, fmt: str, drop_in_second: str) -> Path:
+    """penguins.csv as two files of `fmt` in `directory`; the second lacks `drop_in_second`."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    directory.mkdir()
+    table = pacsv.read_csv(PENGUINS, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+    first, second = table.slice(0, 200), table.slice(200)
+    second = second.drop([drop_in_second])
+    for i, part in enumerate((first, second)):
+        path = directory / f"part-{i}.{fmt}"
+        if fmt == "csv":
+            pacsv.write_csv(part, path)
+        else:
+            pq.write_table(part, path)
+    assert isinstance(second, pa.Table)
+    return directory / f"part-1.{fmt}"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_directory_whose_second_file_lacks_a_declared_column(tmp_path, fmt):
+    """Found before anything runs: the error names the second file and the column."""
+    second = split_penguins(tmp_path / "data", fmt, "body_mass_g")
+    line = config_error(tmp_path, penguins(**{"data.source": str(tmp_path / "data"), "data.format": fmt}))
+    assert line.startswith(f"error: data.source: {second} (file 2 of 2 of data.source) has no column 'body_mass_g' "
+                           "(its columns: species, island, bill_length_mm, bill_depth_mm, flipper_length_mm, sex, "
+                           "year)"), line
+    assert line.endswith("every file of a multi-file source needs the label, the features and the split key: add the "
+                         "column to that file, or leave the file out of data.source")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_ingest_step_names_a_later_file_without_a_declared_column(tmp_path, ingest):
+    """In the cluster's ingest task (no preflight there): the same file and column, not
+    Arrow's KeyError."""
+    from components.contracts.errors import GpupipeError
+
+    second = split_penguins(tmp_path / "data", "csv", "island")
+    with pytest.raises(GpupipeError) as err:
+        ingest(str(tmp_path / "data"), str(tmp_path / "out"), "species", ["bill_length_mm"], ["island", "sex"])
+    assert str(err.value).startswith(f"data.source: {second} (one of data.source's files) has no column 'island' ")

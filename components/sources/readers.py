@@ -176,6 +176,7 @@ def _csv(uri: str, types, na_values: Sequence[str] = names.NA_VALUES):
     import pyarrow.csv as pacsv
 
     header = csv_header(uri)
+    _check_later_file(SourceFile(uri, 0, "csv"), header, list(types), "one of data.source's files")
     stream = open_for_reading(uri, "data.source")
     try:
         source = pa.CompressedInputStream(stream, "gzip") if _is_gzip(uri) else stream
@@ -261,6 +262,8 @@ def _parquet_file(uri: str):
 
 def _parquet(uri: str, types):
     pf = _parquet_file(uri)
+    _check_later_file(SourceFile(uri, 0, "parquet"), list(pf.schema_arrow.names), list(types),
+                      "one of data.source's files")
     try:
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(types)):
             yield _select_and_cast(batch, types, uri)
@@ -382,8 +385,32 @@ def _castable(value, dtype) -> bool:
 def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,
                   data_format: str = "auto") -> List[str]:
     """Fails with one line when the label, a feature or the split key is not a column of
-    the source's first file."""
-    return check_file_columns(resolve(source, data_format)[0], label, features, split_key)
+    one of the source's files (the first file's problem first; CSV and Parquet: every
+    file, their headers or footers read a few at a time; TFRecord: the first file, since an
+    example may leave a feature out). Returns the first file's columns."""
+    files = resolve(source, data_format)
+    header = check_file_columns(files[0], label, features, split_key)
+    later = files[1:] if files[0].format in ("csv", "parquet") else []
+    if later:
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(min(8, len(later))) as pool:
+            headers = pool.map(columns_of, later)
+            for i, (f, columns) in enumerate(zip(later, headers), start=2):
+                _check_later_file(f, columns, [label, *features, *([split_key] if split_key else [])],
+                                  f"file {i} of {len(files)} of data.source")
+    return header
+
+
+def _check_later_file(f: SourceFile, columns: List[str], needed: List[str], which: str) -> None:
+    """A file after the first that lacks a column the first one has: the file and the column."""
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        names_ = ", ".join(f"'{c}'" for c in missing)
+        raise GpupipeError(
+            f"data.source: {f.uri} ({which}) has no column {names_} (its columns: {', '.join(columns)}); every file "
+            "of a multi-file source needs the label, the features and the split key: add the column to that file, "
+            "or leave the file out of data.source")
 
 
 def check_file_columns(first: SourceFile, label: str, features: List[str],
