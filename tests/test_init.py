@@ -59,17 +59,18 @@ def test_task_metric_and_threshold_follow_from_the_label(tmp_path):
     from pipelines.init import propose
 
     rng = np.random.default_rng(0)
-    rows = [[f"{rng.normal():.3f}", rng.choice(["a", "b", "c"]), i % 4, f"{rng.normal(50, 10):.2f}", i % 2]
-            for i in range(200)]
+    rows = [[f"{rng.normal():.3f}", rng.choice(["a", "b", "c"]), i % 4, f"{rng.normal(50, 10):.2f}",
+             int(rng.integers(0, 2))] for i in range(200)]
     data = write_rows(tmp_path / "t.csv", ["x", "color", "grade", "price", "flag"], rows)
     grade = propose(str(data), "grade")
-    assert (grade.task, grade.metric, grade.threshold) == ("multiclass", "accuracy", 0.25)  # four equal classes
+    assert (grade.task, grade.metric, grade.sample_trivial) == ("multiclass", "accuracy", 0.25)  # four equal classes
     regression = propose(str(data), "price")
     assert (regression.task, regression.metric) == ("regression", "rmse")
-    assert regression.threshold == pytest.approx(np.std([float(r[3]) for r in rows]), rel=1e-3)
+    assert regression.sample_trivial == pytest.approx(np.std([float(r[3]) for r in rows]), rel=1e-3)
     binary = propose(str(data), "flag")
-    assert (binary.task, binary.metric, binary.threshold) == ("binary", "auc", 0.5)
-    assert binary.numeric == ["x", "grade", "price"] and binary.categorical == ["color"]
+    assert (binary.task, binary.metric, binary.sample_trivial) == ("binary", "auc", 0.5)
+    assert binary.numeric == ["x", "price"] and binary.categorical == ["color", "grade"]  # grade: 4 integer codes
+    assert binary.threshold == "from the eval split at run time"
 
 
 @pytest.mark.unit
@@ -97,18 +98,21 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
 
     target = tmp_path / "penguins.yaml"
     code, out, _ = init(capsys, "data/penguins.csv", "--label", "species", "-o", target)
-    assert code == 0 and out[0] == (f"wrote {target}: multiclass label 'species' (accuracy, threshold 0.44), 5 numeric "
-                                    "and 2 categorical feature(s) from 344 sampled rows")
+    assert code == 0 and out[0] == (f"wrote {target}: multiclass label 'species' (accuracy, threshold from the eval "
+                                    "split at run time), 4 numeric and 3 categorical feature(s) from 344 sampled rows")
     assert out[-1] == f"next: gpupipe run {target}"
     text = target.read_text()
     assert text.startswith(f"# Proposed by `gpupipe init data/penguins.csv --label species -o {target}` from 344 "
                            "sampled rows (the whole file).")
-    assert "  threshold: 0.44  # always answering 'Adelie' (the most frequent class) scores 0.44" in text
+    assert ("  # (always answering 'Adelie', the most frequent class; on the sampled rows it scores 0.4419).\n"
+            "  must_beat_trivial: true\n  threshold: 0  # ") in text
+    assert "  #   year: integers with 3 distinct values in the sample: proposed as categorical codes" in text
     config = load_config(target)
     data = config.data
     assert (data.label, config.training.task, config.evaluation.metric) == ("species", "multiclass", "accuracy")
-    assert data.numeric_features == ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "year"]
-    assert data.categorical_features == ["island", "sex"]
+    assert config.evaluation.must_beat_trivial and config.evaluation.threshold == 0
+    assert data.numeric_features == ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
+    assert data.categorical_features == ["island", "sex", "year"]
 
     cwd = os.getcwd()
     os.chdir(ROOT)  # relative data.source starts at the working directory, as in `gpupipe run`
@@ -128,7 +132,7 @@ def write_census_like(path: Path, rows: int = 3000, seed: int = 7) -> Path:
     """A table built like the issue's real public one (census income): 10 numeric and 6
     text categorical features with missing values in every column, column names as such
     tables have them (spaces, '-', ':', '()'), a binary label missing in about 1% of rows, a
-    row ID, one column empty in every row, and 12 countries that occur once each: those
+    row ID, one column empty in every row, and 20 countries that occur once each: those
     the split puts into eval are unseen in training (under 1% of eval rows)."""
     rng = np.random.default_rng(seed)
     numeric = {"age (years)": rng.normal(40, 12, rows).clip(17, 90).round(),
@@ -149,7 +153,7 @@ def write_census_like(path: Path, rows: int = 3000, seed: int = 7) -> Path:
                    "relationship": pick(["Husband", "Wife", "Own-child", "Unmarried"]),
                    "native-country": pick(["United-States", "Mexico", "India", "Germany", "Canada"],
                                           [0.85, 0.05, 0.04, 0.03, 0.03])}
-    for i, row in enumerate(rng.choice(rows, 12, replace=False)):
+    for i, row in enumerate(rng.choice(rows, 20, replace=False)):
         categorical["native-country"][row] = f"Island-{i}"
     z = (0.04 * (numeric["age (years)"] - 40) + 0.25 * (numeric["education-num"] - 9)
          + 0.05 * (numeric["hours per week"] - 40) + 0.0003 * numeric["capital gain"]
@@ -172,8 +176,9 @@ def test_a_real_looking_table_runs_on_the_config_init_proposes_and_pushes(tmp_pa
     data = write_census_like(tmp_path / "census.csv")
     target = tmp_path / "census.yaml"
     code, out, _ = init(capsys, data, "--label", "income", "-o", target)
-    assert code == 0 and out[0] == (f"wrote {target}: binary label 'income' (auc, threshold 0.5), 10 numeric and 6 "
-                                    "categorical feature(s) from 3000 sampled rows")
+    assert code == 0 and out[0] == (f"wrote {target}: binary label 'income' (auc, threshold from the eval split at run "
+                                    "time), 9 numeric and 7 categorical feature(s) from 3000 sampled rows")
+    assert "  #   dependents: integers with " in target.read_text()  # a count with few values: codes, said why
     assert "  left out 'notes': empty in every sampled row" in out
     assert ("  left out 'id': a different value in each of its 3000 sampled rows (an ID: nothing a model can learn "
             "from)") in out
@@ -230,3 +235,144 @@ def test_parquet_and_tfrecord_samples_give_the_same_proposal_as_csv(tmp_path):
         found[name] = (p.format, p.task, p.numeric, p.categorical, [c for c, _ in p.left_out])
     assert found == {"t.parquet": ("parquet", "binary", ["x"], ["color"], ["row id"]),
                      "t.tfrecord": ("tfrecord", "binary", ["x"], ["color"], ["row id"])}
+
+
+@pytest.mark.unit
+def test_a_column_the_label_is_computed_from_is_left_out_and_says_why(tmp_path, capsys):
+    """Acceptance (issue #27, 3): the label is a function of one column ('score' for the
+    class, 'minutes' for the regression target); that column is left out with a line
+    saying why, and features that only help (hours, 0.8 accuracy alone) stay."""
+    from pipelines.init import propose
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    hours = rng.normal(10, 3, n)
+    score = hours * 4 + rng.normal(0, 8, n)
+    result = np.where(score > 40, "pass", "fail")
+    minutes = rng.gamma(3, 20, n)
+    cost = 2.5 * minutes + 4  # a price computed from the minutes
+    town = rng.choice(["north", "south", "east"], n)
+    grade = np.where(score > 40, "P", "F")  # a text copy of the label
+    rows = [[f"{hours[i]:.2f}", f"{score[i]:.2f}", result[i], f"{minutes[i]:.2f}", f"{cost[i]:.3f}", town[i], grade[i]]
+            for i in range(n)]
+    data = write_rows(tmp_path / "t.csv", ["hours", "score", "result", "minutes", "cost", "town", "grade"], rows)
+    target = tmp_path / "c.yaml"
+    code, out, _ = init(capsys, data, "--label", "result", "-o", target)
+    assert code == 0
+    leak = [line for line in out if line.startswith("  left out 'score': alone predicts 'result' almost perfectly "
+                                                    "(accuracy ")]
+    assert len(leak) == 1 and "on held-out sampled rows, against 0." in leak[0] and "a leak" in leak[0]
+    assert any(line.startswith("  left out 'grade': alone predicts 'result' almost perfectly") for line in out)
+    p = propose(str(data), "result")
+    assert p.numeric == ["hours", "minutes", "cost"] and p.categorical == ["town"]
+    assert "  #   score: alone predicts 'result' almost perfectly" in target.read_text()
+    regression = propose(str(data), "cost")
+    assert [c for c, _ in regression.left_out] == ["minutes"]
+    assert regression.left_out[0][1].startswith("alone predicts 'cost' almost perfectly (R^2 0.99")
+    assert regression.numeric == ["hours", "score"] and regression.categorical == ["result", "town", "grade"]
+
+
+@pytest.mark.unit
+def test_integer_codes_are_proposed_as_categorical_and_say_why(tmp_path):
+    """Acceptance (issue #27, 3): integer columns with few values, integers with a code-like
+    name (taxi tables: community area, hour, month) and digit codes with leading zeros are
+    categorical, each with its reason; integer quantities with many values stay numbers."""
+    from pipelines.init import propose
+
+    rng = np.random.default_rng(5)
+    n = 2000
+    columns = {"pickup_community_area": rng.integers(1, 78, n), "trip_start_hour": rng.integers(0, 24, n),
+               "trip_start_month": rng.integers(1, 13, n), "passengers": rng.integers(1, 5, n),
+               "zip": [f"{z:05d}" for z in rng.choice([2134, 2139, 60601, 60614, 1002], n)],
+               "fare": rng.integers(3, 300, n), "hours per week": rng.normal(40, 10, n).round().astype(int),
+               "trip_miles": rng.gamma(2, 2, n).round(2)}
+    label = np.where(rng.random(n) < 0.3, "yes", "no")
+    header = [*columns, "tipped"]
+    data = write_rows(tmp_path / "taxi.csv", header, [[columns[c][i] for c in columns] + [label[i]] for i in range(n)])
+    p = propose(str(data), "tipped")
+    assert p.numeric == ["fare", "hours per week", "trip_miles"]
+    assert p.categorical == ["pickup_community_area", "trip_start_hour", "trip_start_month", "passengers", "zip"]
+    why = dict(p.codes)
+    assert why["passengers"].startswith("integers with 4 distinct values in the sample: proposed as categorical")
+    assert why["pickup_community_area"].startswith("integers with 77 distinct values and a code-like name ('area')")
+    assert "a code-like name ('hour')" in why["trip_start_hour"] and "('month')" in why["trip_start_month"]
+    assert why["zip"] == "digits with leading zeros (such as '02134'): codes, proposed as categorical"
+    from pipelines.init import render
+
+    text = render(p, "gpupipe init", "c.yaml")
+    assert "  #   zip: digits with leading zeros (such as '02134')" in text
+
+
+@pytest.mark.unit
+def test_the_sample_is_drawn_across_the_whole_file(tmp_path):
+    """A table sorted by its label: 500 sampled rows of 6000 cover the label's range
+    (the first 500 would hold only its lowest values)."""
+    from pipelines.init import propose, sample_table
+    from components.sources import readers
+
+    rng = np.random.default_rng(11)
+    y = np.sort(rng.uniform(0, 300, 6000))
+    data = write_rows(tmp_path / "sorted.csv", ["x", "y"], [[f"{v / 3 + rng.normal(0, 15):.3f}", f"{v:.3f}"] for v in y])
+    table, total, _ = sample_table(readers.resolve(str(data)), 500)
+    sampled = np.array(table.column("y").to_pylist())
+    assert total == 6000 and len(sampled) == 500 and len(set(sampled)) == 500
+    assert sampled.min() < np.quantile(y, 0.02) and sampled.max() > np.quantile(y, 0.98)
+    assert np.std(sampled) == pytest.approx(np.std(y), rel=0.1)
+    assert np.std(y[:500]) < 0.1 * np.std(y)  # what the first 500 rows would have given
+    again, _, _ = sample_table(readers.resolve(str(data)), 500)
+    assert again.equals(table)  # seeded: the same proposal every time
+    p = propose(str(data), "y", sample_rows=500)
+    assert (p.rows, p.total_rows, p.whole_file) == (500, 6000, False)
+    from pipelines.init import render
+
+    assert "from 500 sampled rows (drawn at random from all 6,000 rows of " in render(p, "gpupipe init", "c.yaml")
+
+
+@pytest.mark.unit
+def test_a_table_sorted_by_its_label_gets_the_gate_from_the_eval_split(tmp_path, capsys):
+    """Acceptance (issue #27, 4): on a regression table sorted by its label, init writes
+    must_beat_trivial (no constant from its sample), and evaluate's threshold against a
+    model that learnt nothing is the RMSE of predicting the mean on this run's eval split,
+    read here from the eval shards; the first rows' standard deviation (what a sample of
+    the first rows gave) is far below it."""
+    import tensorflow as tf
+
+    from components.contracts.examples import split_files
+    from components.contracts.settings import Columns
+    from components.evaluate.logic import run_evaluate
+    from components.ingest.logic import run_ingest
+    from components.train.logic import train_model
+    from components.validate.logic import run_validation
+    from pipelines.config import load_config
+
+    rng = np.random.default_rng(2)
+    n = 2000
+    a, b = rng.normal(0, 1, n), rng.normal(0, 1, n)
+    y = 50 + 10 * a + 5 * b + rng.normal(0, 3, n)
+    order = np.argsort(y)
+    data = write_rows(tmp_path / "sorted.csv", ["a", "b", "y"],
+                      [[f"{a[i]:.4f}", f"{b[i]:.4f}", f"{y[i]:.3f}"] for i in order])
+    target = tmp_path / "sorted.yaml"
+    code, out, _ = init(capsys, data, "--label", "y", "--sample-rows", 400, "-o", target)
+    assert code == 0 and "(rmse, threshold from the eval split at run time)" in out[0]
+    config = load_config(target)
+    assert config.evaluation.must_beat_trivial and config.evaluation.threshold == 0
+    assert config.data.numeric_features == ["a", "b"]
+
+    ex = str(tmp_path / "ex")
+    run_ingest(settings=config.data, examples_dir=ex, numeric_label=True)
+    run_validation(ex, "y", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "an"), str(tmp_path / "r.html"),
+                   config.validation)
+    training = config.training.model_copy(update={"epochs": 8})
+    train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), Columns.part_of(config.data), training)
+    evaluation, blessing = run_evaluate(model_dir=str(tmp_path / "m"), examples_dir=ex,
+                                        blessing_dir=str(tmp_path / "bl"), report_md=str(tmp_path / "e.md"),
+                                        settings=config.evaluation)
+    eval_y = np.array([tf.train.Example.FromString(r.numpy()).features.feature["y"].float_list.value[0]
+                       for r in tf.data.TFRecordDataset(split_files(ex, "eval"), compression_type="GZIP")])
+    mean_rmse = float(np.sqrt(np.mean((eval_y - eval_y.mean()) ** 2)))
+    assert blessing.threshold == pytest.approx(mean_rmse, rel=1e-5)
+    assert np.std(np.sort(y)[:400]) < 0.5 * mean_rmse  # a threshold from the first rows would refuse a good model
+    assert f"a model that learnt nothing (always predicting the mean, {eval_y.mean():.4g}) scores {mean_rmse:.4f} " \
+           "on the eval split" in blessing.reasons[0]
+    assert blessing.blessed and evaluation.metrics["rmse"] < 0.5 * mean_rmse, evaluation.metrics
