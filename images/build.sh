@@ -89,7 +89,7 @@ if [ "$local_base" = 1 ]; then
     fi
     "${engine_build[@]}" --quiet --build-arg "BASE=$LOCAL_BASE_IMAGE" -f images/local/beam-sdk.Containerfile \
         -t "$BEAM_STANDIN_IMAGE" . >/dev/null
-    build_args+=(--build-arg "BASE=$LOCAL_BASE_IMAGE" --build-arg "BEAM_SDK=$BEAM_STANDIN_IMAGE")
+    build_args+=(--build-arg "BASE=$LOCAL_BASE_IMAGE")
 fi
 
 size_of() {
@@ -103,7 +103,9 @@ for target in "${targets[@]}"; do
     ref="$REGISTRY/gpupipe-$target:$TAG"
     start=$SECONDS
     echo "building $ref with $ENGINE (images/$target/Dockerfile)" >&2
-    "${engine_build[@]}" "${build_args[@]}" -f "images/$target/Dockerfile" -t "$ref" . >&2
+    target_args=()  # the CPU image's Beam SDK stage, a stand-in with --local-base
+    [ "$target" = cpu ] && [ "$local_base" = 1 ] && target_args=(--build-arg "BEAM_SDK=$BEAM_STANDIN_IMAGE")
+    "${engine_build[@]}" "${build_args[@]}" "${target_args[@]}" -f "images/$target/Dockerfile" -t "$ref" . >&2
     size=$(size_of "$ref")
     echo "built $ref $(awk -v b="$size" 'BEGIN { printf "%.2f GB", b / 1e9 }') in $((SECONDS - start)) s"
     if [ -n "$push" ]; then

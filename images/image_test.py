@@ -98,7 +98,7 @@ def executor_env(compiled: dict) -> Dict[str, List[dict]]:
     return found
 
 
-def pod_task_handler(compiled: dict, pod_dirs: List[Path], host_env: Dict[str, str]):
+def pod_task_handler(compiled: dict, pod_dirs: List[Path], host_env: Dict[str, str], logs: Path):
     """FIXTURE, a task handler for kfp.local that runs each task as its pod would: a new
     container of the image the task names, its ENTRYPOINT replaced by the compiled `command`
     (as Kubernetes' `command` does) followed by `args`, the executor's env from the compiled
@@ -116,7 +116,7 @@ def pod_task_handler(compiled: dict, pod_dirs: List[Path], host_env: Dict[str, s
 
         def run(self):
             function = self.full_command[self.full_command.index("--function_to_execute") + 1]
-            pod = Path(tempfile.mkdtemp(prefix=f"pod-{function}-"))
+            pod = Path(tempfile.mkdtemp(prefix=f"pod-{function}-", dir=logs))
             pod.chmod(0o777)
             pod_dirs.append(pod)
             env = {e["name"]: e["value"] for e in env_by_function[function]} | host_env
@@ -127,14 +127,35 @@ def pod_task_handler(compiled: dict, pod_dirs: List[Path], host_env: Dict[str, s
                     "-w", WORKDIR, "--entrypoint", self.full_command[0]]
             for name, value in env.items():
                 args += ["-e", f"{name}={value}"]
-            with subprocess.Popen(args + [self.image, *self.full_command[1:]], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, bufsize=1) as process:
-                for line in process.stdout:
-                    print(line, end="")
-                code = process.wait()
+            start = time.monotonic()
+            with open(pod.parent / f"{pod.name}.log", "w") as log:
+                code = subprocess.run(args + [self.image, *self.full_command[1:]], stdout=log,
+                                      stderr=subprocess.STDOUT).returncode
+            lines = (pod.parent / f"{pod.name}.log").read_text(errors="replace").splitlines()
+            print(f"  task {function}: exit {code} in {time.monotonic() - start:.1f} s ({len(lines)} log lines)")
+            if code != 0:
+                print("\n".join(f"    | {line}" for line in lines[-40:]))
             return status.Status.SUCCESS if code == 0 else status.Status.FAILURE
 
     return PodTaskHandler
+
+
+@contextlib.contextmanager
+def quiet_kfp_local():
+    """kfp.local logs each task's inputs and outputs, and the emulator each request, at INFO on
+    the root logger (kfp.local resets its level and handlers per task, not its filters); the
+    pod handler prints one line a task instead."""
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 @contextlib.contextmanager
@@ -206,7 +227,7 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
             pipeline = components.load_component_from_file(str(compiled_file))
             local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(artifacts))
             start = time.monotonic()
-            with tasks_in_pods(pod_task_handler(compiled, pods, host_env)):
+            with tasks_in_pods(pod_task_handler(compiled, pods, host_env, work)), quiet_kfp_local():
                 try:
                     pipeline_orchestrator.run_local_pipeline(pipeline_spec=pipeline.pipeline_spec, arguments={})
                 except RuntimeError as e:  # kfp.local's word for a failed task (its log is above)
@@ -227,7 +248,8 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
             print(f"ok: the compiled pipeline ran {len(pods)} tasks, each in a container of {cpu}, "
                   f"in {seconds:.0f} s; no task wrote into its working directory")
             return (f"pushed version 1: {version} ({sum(o.startswith(version + '/') for o in objects)} objects"
-                    + f"; its lineage names the image {lineage.get('image')}, built as {lineage.get('image_built')})")
+                    + f"; its lineage: image {lineage.get('image')}, built as {lineage.get('image_built')}, "
+                    f"{lineage.get('image_digest')})")
     finally:
         env.undo()
 
