@@ -26,6 +26,11 @@ from components.validate.settings import ValidationSettings
 from pipelines.version import image_tag
 
 DEFAULT_REGISTRY = "ghcr.io/gpupipe"
+KFP_GPU_COUNTS = (0, 1, 2, 4, 8, 16)
+# An image reference (the distribution project's reference grammar, loosely): registry host
+# with an optional port, lowercase path components, then a tag and/or a sha256 digest.
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                       r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 _DURATION_RE = re.compile(r"^(\d+)(s|m|h)$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
 
@@ -84,6 +89,9 @@ class ImagesConfig(Strict):
     def _pinned(cls, v: Optional[str]) -> Optional[str]:
         if v is None:
             return v
+        if not _IMAGE_RE.fullmatch(v):
+            raise ValueError(f"'{v}' is not an image reference; give e.g. ghcr.io/acme/gpupipe-cpu:0.1.0 or "
+                             "repo@sha256:<64 hex digits>")
         if "@sha256:" in v:
             return v
         tag = v.rsplit("/", 1)[-1].partition(":")[2]
@@ -176,6 +184,16 @@ class PipelineConfig(Strict):
                                        "the multi-worker job and gpupipe run")
 
     @model_validator(mode="after")
+    def _kfp_takes_the_gpus(self) -> "PipelineConfig":
+        # A single-worker run asks KFP for its GPUs, and kfp 2.13's set_accelerator_limit
+        # (kfp/dsl/pipeline_task.py) takes only these counts; a multi-worker job's pods take any.
+        t = self.training
+        if t.workers == 1 and t.gpus not in KFP_GPU_COUNTS:
+            raise ValueError(f"training.gpus: {t.gpus} on one worker, and Kubeflow Pipelines gives a task 1, 2, 4, 8 "
+                             "or 16 GPUs; set training.gpus to one of them, or training.workers above 1")
+        return self
+
+    @model_validator(mode="after")
     def _slices_are_categorical(self) -> "PipelineConfig":
         unknown = [s for s in self.evaluation.slices if s not in self.data.categorical_features]
         if unknown:
@@ -194,15 +212,29 @@ class PipelineConfig(Strict):
         return self.images.gpu_image if self.training.gpus else self.images.cpu_image
 
 
+QUOTE_LIMIT = 60  # characters of a quoted value an error line keeps
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """A value as an error line quotes it: control characters escaped (a newline is \\n),
+    at most `limit` characters, then an ellipsis and the full length."""
+    text = str(value)
+    escaped = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return escaped if len(escaped) <= limit else f"{escaped[:limit]}... ({len(text)} characters)"
+
+
 def _format_error(err: dict) -> str:
-    key = ".".join(str(p) for p in err["loc"])
+    key = ".".join(quoted(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    given = err.get("input")
+    if isinstance(given, str) and given and given in msg and quoted(given) != given:
+        msg = msg.replace(given, quoted(given))  # the value the check quotes, one line and short
     if not key:
-        return err["msg"].removeprefix("Value error, ")
+        return msg
     if err["type"] == "extra_forbidden":
         return f"{key}: unknown key (check its spelling; pipelines/config.py lists the options)"
     if err["type"] == "missing":
         return f"{key}: required key is missing"
-    msg = err["msg"].removeprefix("Value error, ")
     return f"{key}: {msg}"
 
 
@@ -214,7 +246,8 @@ def parse_config(raw: object, origin: str = "config") -> PipelineConfig:
         return PipelineConfig.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(_format_error(e) for e in err.errors())
-        raise GpupipeError(f"{origin}: {problems}") from None
+        # whatever a check quoted, the error stays one line
+        raise GpupipeError(f"{origin}: {quoted(problems, limit=2000)}") from None
 
 
 def load_config(path: str | Path) -> PipelineConfig:

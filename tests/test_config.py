@@ -93,3 +93,123 @@ def test_the_s3_backend_reads_what_the_settings_render(monkeypatch):
     for name, value in S3Settings(endpoint="https://rgw.ceph.internal:7480", region="eu-1").environment().items():
         monkeypatch.setenv(name, value)
     assert s3._settings()[:3] == ("https://rgw.ceph.internal:7480", "eu-1", "path")
+
+
+# -- every quantity the check accepts compiles (issue #30, 5) -------------------------------------
+CPU_OK = {"500m": "500m", "2": "2", "1.5": "1.5", ".5": ".5", "0": "0", "1e3": "1000", "2k": "2000", "+1": "1",
+          "1.": "1", "500u": "1m", "3e-4": "1m", "1500m": "1500m", "0.25e1": "2500m"}
+MEMORY_OK = {"4Gi": "4Gi", "8G": "8G", "512Mi": "512Mi", "1e9": "1G", "1.5Gi": "1536Mi", "0.5Gi": "512Mi",
+             "1000k": "1M", "123456789": "123456789", "2E": "2E", "1.5e3": "1500", "64Ki": "64Ki"}
+MEMORY_BAD = {"512m": "is not a whole number of bytes ('m' is milli", "1K": "is not a Kubernetes quantity",
+              "1.3": "is not a whole number of bytes", "-1Gi": "is negative", "32GB": "is not a Kubernetes quantity",
+              "1e3Ki": "is not a Kubernetes quantity", "1Gi\n": "is not a Kubernetes quantity"}
+
+
+def test_quantities_the_check_accepts_compile_and_keep_their_value():
+    """Values kfp 2.13's setters refuse as written (1e9, 1.5Gi, 2k CPUs) are rewritten as the
+    same quantity in a form they take; the pipeline compiles with all of them at once."""
+    from kubernetes.utils import parse_quantity
+
+    from pipelines.cli import compile_to_text
+    from pipelines.pods import step_resources
+
+    steps = ["fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"]
+    slots = [(step, field) for step in steps for field in ("cpu", "cpu_limit", "memory", "memory_limit")]
+    cases = [(v, CPU_OK[v]) for v in CPU_OK] + [(v, MEMORY_OK[v]) for v in MEMORY_OK]
+    raw, expected = penguins(), {}
+    cpu_slots = [s for s in slots if s[1].startswith("cpu")]
+    memory_slots = [s for s in slots if s[1].startswith("memory")]
+    for (step, field), (given, want) in [*zip(cpu_slots, cases[:len(CPU_OK)]),
+                                         *zip(memory_slots, cases[len(CPU_OK):])]:
+        raw.setdefault("cluster", {}).setdefault("resources", {}).setdefault(step, {})[field] = given
+        expected[(step, field)] = (given, want)
+    assert len(expected) == len(CPU_OK) + len(MEMORY_OK)
+    config = parse_config(raw)
+    for (step, field), (given, want) in expected.items():
+        got = getattr(step_resources(config, step), field)
+        assert got == want, (step, field, given)
+        if field.startswith("memory"):
+            assert parse_quantity(got) == parse_quantity(given)  # the same number of bytes
+        else:  # Kubernetes keeps CPU to the millicore, rounding up
+            assert parse_quantity(got) == max(parse_quantity(given), parse_quantity("1m")) or given in ("0",)
+    docs = list(yaml.safe_load_all(compile_to_text(config)))
+    ingest = docs[0]["deploymentSpec"]["executors"]["exec-ingest"]["container"]["resources"]
+    assert (ingest["resourceCpuRequest"], ingest["resourceMemoryRequest"]) == (
+        expected[("ingest", "cpu")][1], expected[("ingest", "memory")][1])
+
+
+def test_a_sweep_of_quantities_each_accepted_one_passes_kfps_setters():
+    """Quantities drawn from Kubernetes' grammar and near misses: whatever gpupipe's check
+    accepts, kfp's own setter validation (kfp/dsl/pipeline_task.py) takes; whatever it refuses
+    is one line."""
+    import random
+
+    from kfp.dsl.pipeline_task import PipelineTask
+
+    from components.contracts.pods import check_quantity
+
+    rng = random.Random(30)
+    numbers = ["0", "1", "2", "12", "0.5", ".25", "1.", "3.75", "1000", "+4", "-1", "007"]
+    suffixes = ["", "m", "k", "K", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "e3", "E2", "e-2", "e", "u", "n", "GB", " "]
+    accepted = refused = 0
+    for _ in range(600):
+        value = rng.choice(numbers) + rng.choice(suffixes)
+        for kind, setter in (("cpu", PipelineTask._validate_cpu_request_limit),
+                             ("memory", PipelineTask._validate_memory_request_limit)):
+            try:
+                canonical = check_quantity(value, f"cluster.resources.train.{kind}", kind)
+            except ValueError as err:
+                refused += 1
+                assert "\n" not in str(err)
+                continue
+            accepted += 1
+            setter(None, canonical)  # raises ValueError when kfp would refuse it at compile
+    assert accepted > 300 and refused > 300
+
+
+def test_a_gpu_count_kfp_cannot_give_one_task_is_refused_in_one_line():
+    raw = penguins()
+    raw["training"]["gpus"] = 3
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    assert str(err.value) == ("configs/penguins.yaml: training.gpus: 3 on one worker, and Kubeflow Pipelines gives a "
+                              "task 1, 2, 4, 8 or 16 GPUs; set training.gpus to one of them, or training.workers "
+                              "above 1")
+    raw["training"]["workers"] = 2  # a JobSet's pods take any count
+    assert parse_config(raw).training.gpus == 3
+
+
+@pytest.mark.parametrize("value, message", list(MEMORY_BAD.items()))
+def test_a_memory_value_kfp_or_kubernetes_would_refuse_is_one_line(value, message):
+    raw = penguins()
+    raw["cluster"] = {"resources": {"train": {"memory": value}}}
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith("configs/penguins.yaml: cluster.resources.train.memory: ")
+
+
+# -- every error quotes the value in one line, escaped and shortened -----------------------------
+LONG = "x" * 500
+
+
+@pytest.mark.parametrize("edit, start", [
+    (lambda c: c["serving"].update(model_name="bad\nname"), "serving.model_name: 'bad\\nname' is not a plain name"),
+    (lambda c: c.update(name=LONG), "name: '" + "x" * 60 + "... (500 characters)' is not a plain name"),
+    (lambda c: c["training"].update(memory="4Gi\n" + LONG), "training.memory: '4Gi\\n" + "x" * 55 + "... (504 "
+                                                                                                 "characters)'"),
+    (lambda c: c.setdefault("cluster", {}).update(queue="q\r\n" + LONG), "cluster.queue: 'q\\r\\n"),
+    (lambda c: c["training"].update({"epo\nchs": 3}), "training.epo\\nchs: unknown key"),
+    (lambda c: c["training"].update({LONG: 3}), "training." + "x" * 60 + "... (500 characters): unknown key"),
+    (lambda c: c.setdefault("images", {}).update(cpu="ghcr.io/x/y:\tlatest\n" + LONG),
+     "images.cpu: 'ghcr.io/x/y:\\tlatest\\n" + "x" * 38 + "... (520 characters)' is not an image reference"),
+])
+def test_a_config_error_quoting_a_newline_or_500_characters_stays_one_line(edit, start):
+    raw = penguins()
+    edit(raw)
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    text = str(err.value)
+    assert text.startswith("configs/penguins.yaml: " + start), text
+    assert "\n" not in text and "\r" not in text and "\t" not in text
+    assert len(text) < 400, len(text)

@@ -169,13 +169,69 @@ class PodShape(Strict):
                 "spec": self.pod_spec(container_name, image, command, extra_env, restart_policy)}
 
 
-# Kubernetes resource quantities (apimachinery's resource.Quantity), e.g. 500m, 2, 1.5, 4Gi, 8G.
-_QUANTITY_RE = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# Kubernetes resource quantities (apimachinery's resource.Quantity): a number, then a binary
+# (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or a decimal exponent, e.g. 500m, 2, 1.5, 4Gi, 8G, 1e9.
+_QUANTITY_RE = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?")
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# What kfp 2.13's resource setters take (kfp/dsl/pipeline_task.py: _validate_cpu_request_limit
+# and _validate_memory_request_limit, each a re.match ending in $), a subset of the quantities.
+_KFP_CPU_RE = re.compile(r"([0-9]*[.])?[0-9]+m?")
+_KFP_MEMORY_RE = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?")
 
 
-def check_quantity(value: Optional[str], key: str) -> Optional[str]:
-    """A pydantic validator body: `value` unchanged when it is a Kubernetes quantity."""
-    if value is not None and not _QUANTITY_RE.match(value):
-        raise ValueError(f"'{value}' is not a Kubernetes quantity; write e.g. 500m or 2 (CPU), 4Gi or 8G "
-                         f"(memory) for {key}")
-    return value
+def quantity_value(value: str):
+    """The Decimal a Kubernetes quantity stands for; None when `value` is not one."""
+    from decimal import Decimal
+
+    match = _QUANTITY_RE.fullmatch(value)
+    if not match:
+        return None
+    sign, number, suffix = match.groups()
+    amount = Decimal(number) * (-1 if sign == "-" else 1)
+    suffix = suffix or ""
+    if suffix in _BINARY:
+        return amount * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return amount.scaleb(_DECIMAL[suffix])
+    return amount.scaleb(int(suffix[1:]))
+
+
+def _kfp_memory(amount) -> str:
+    """A whole number of bytes in the shortest form kfp's memory setter takes (and Kubernetes)."""
+    number = int(amount)
+    for suffix, factor in (*sorted(_BINARY.items(), key=lambda kv: -kv[1]),
+                           *((s, 10 ** e) for s, e in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6)))):
+        if number and number % factor == 0:
+            return f"{number // factor}{suffix}"
+    return str(number)
+
+
+def check_quantity(value: Optional[str], key: str, kind: Optional[str] = None) -> Optional[str]:
+    """A pydantic validator body: `value` as a Kubernetes quantity that kfp 2.13's resource
+    setters also take (a compiled pipeline and a multi-worker job get the same string). Written
+    as kfp takes it, it is kept; an equal quantity kfp does not take (1e9, 1.5Gi, 2k CPUs) is
+    rewritten in a form it does (1000000000, 1536Mi, 2000); CPU below a millicore is rounded up
+    to one, as Kubernetes does. `kind` is cpu or memory (default: memory when `key` says so)."""
+    import math
+
+    if value is None:
+        return value
+    kind = kind or ("memory" if "memory" in key else "cpu")
+    amount = quantity_value(value)
+    example = "500m or 2 (CPU)" if kind == "cpu" else "4Gi or 8G (memory)"
+    if amount is None:
+        raise ValueError(f"'{value}' is not a Kubernetes quantity; write e.g. {example} for {key}")
+    if amount < 0:
+        raise ValueError(f"'{value}' is negative; a {kind} request or limit is 0 or more, e.g. {example} ({key})")
+    if kind == "cpu":
+        if _KFP_CPU_RE.fullmatch(value):
+            return value
+        millicores = math.ceil(amount * 1000)
+        return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+    if _KFP_MEMORY_RE.fullmatch(value):
+        return value
+    if amount != amount.to_integral_value():
+        hint = " ('m' is milli: a thousandth of a byte; Mi is mebibytes)" if value.endswith("m") else ""
+        raise ValueError(f"'{value}' is not a whole number of bytes{hint}; write e.g. {example} for {key}")
+    return _kfp_memory(amount)
