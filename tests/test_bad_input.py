@@ -248,3 +248,51 @@ def test_the_ingest_step_names_a_later_file_without_a_declared_column(tmp_path, 
     with pytest.raises(GpupipeError) as err:
         ingest(str(tmp_path / "data"), str(tmp_path / "out"), "species", ["bill_length_mm"], ["island", "sex"])
     assert str(err.value).startswith(f"data.source: {second} (one of data.source's files) has no column 'island' ")
+
+
+def test_a_number_beyond_float32s_range_says_so(tmp_path):
+    """1e300 is a finite number that float32 (what numeric features are read as) cannot
+    hold: not 'holds inf'."""
+    source = write_penguins(tmp_path / "big.csv", lambda r: [*r[:5], "1e300" if r[5] == "4500" else r[5], *r[6:]])
+    row = next(i for i, r in enumerate(csv.reader(PENGUINS.open()), start=1) if r[5] == "4500")
+    line = data_error(tmp_path, penguins(**{"data.source": source}))
+    assert line == (f"error: ingest: data.source: {source} line {row}: column 'body_mass_g' holds 1e300, outside "
+                    "float32's range (about ±3.4e+38, which numeric features are read as); rescale the column (e.g. "
+                    "its logarithm, or other units), or move 'body_mass_g' to categorical_features if it is an "
+                    "identifier")
+
+
+def test_a_parquet_float64_beyond_float32s_range_says_so(tmp_path, ingest):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from components.contracts.errors import GpupipeError
+
+    table = pacsv.read_csv(PENGUINS, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+    masses = table.column("body_mass_g").to_pylist()
+    masses[7] = -2e39
+    table = table.set_column(table.schema.get_field_index("body_mass_g"), "body_mass_g", pa.array(masses, pa.float64()))
+    source = str(tmp_path / "big.parquet")
+    pq.write_table(table, source)
+    with pytest.raises(GpupipeError) as err:
+        ingest(source, str(tmp_path / "out"), "species", ["body_mass_g"], ["island"])
+    assert str(err.value).startswith(f"data.source: {source} row 8 of a batch: column 'body_mass_g' holds -2e+39, "
+                                     "outside float32's range"), str(err.value)
+
+
+def test_a_parquet_file_read_as_csv_is_told_to_set_data_format(tmp_path):
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    source = str(tmp_path / "penguins.csv")  # a Parquet file behind a .csv name
+    pq.write_table(pacsv.read_csv(PENGUINS), source)
+    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "csv"}))
+    assert line == (f"error: data.source: {source} looks like Parquet (it starts with b'PAR1'), not CSV text, but it "
+                    "is read as CSV; set data.format: parquet (or auto, with a .parquet file name)")
+
+
+def test_a_feature_declared_both_numeric_and_categorical_says_exactly_that(tmp_path):
+    line = config_error(tmp_path, penguins(**{"data.categorical_features": ["island", "sex", "body_mass_g"]}))
+    assert line == (f"error: {tmp_path / 'config.yaml'}: data: feature 'body_mass_g' is declared both numeric and "
+                    "categorical; keep it in one of numeric_features, categorical_features")

@@ -77,6 +77,10 @@ class Columns(Strict):
     def _features_are_distinct(self) -> "Columns":
         if not self.numeric_features and not self.categorical_features:
             raise ValueError("declare at least one of numeric_features, categorical_features")
+        both = sorted(set(self.numeric_features) & set(self.categorical_features))
+        if both:
+            raise ValueError(f"feature {', '.join(repr(n) for n in both)} is declared both numeric and categorical; "
+                             "keep it in one of numeric_features, categorical_features")
         names = self.features
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -98,12 +98,32 @@ def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
 
 
 # ----------------------------------------------------------------------------- columns
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_MAGIC = ((b"PAR1", "Parquet", "parquet"), (b"\x1f\x8b", "gzip-compressed", ""),
+          (b"SQLite format 3", "an SQLite database", ""), (b"PK\x03\x04", "a ZIP archive (an .xlsx workbook?)", ""))
+
+
+def _sniff_not_csv(uri: str, start: bytes) -> None:
+    """A file read as CSV that starts like another format: say which, not 'not UTF-8'."""
+    for magic, what, fmt in _MAGIC:
+        if start.startswith(magic):
+            if fmt:
+                fix = f"set data.format: {fmt} (or auto, with a .{fmt} file name)"
+            elif magic == b"\x1f\x8b":
+                fix = "name it .csv.gz (data.format: auto or csv reads it then), or decompress it"
+            else:
+                fix = "export the table as CSV or Parquet"
+            raise GpupipeError(f"data.source: {uri} looks like {what} (it starts with {magic!r}), not CSV text, "
+                               f"but it is read as CSV; {fix}")
+
+
 def csv_header(uri: str) -> List[str]:
     with _open_text_stream(uri) as f:
         try:
             first = f.readline()
         except (OSError, EOFError) as err:
             raise GpupipeError(f"data.source: {uri} is truncated or not gzip ({err}); re-export the file") from None
+    _sniff_not_csv(uri, first[:16])
     if not first.strip():
         raise GpupipeError(f"data.source: {uri} is empty; point data.source at a CSV file with a header row")
     try:
@@ -185,12 +205,38 @@ def _csv(uri: str, types, na_values: Sequence[str] = names.NA_VALUES):
             source, read_options=pacsv.ReadOptions(block_size=READ_BLOCK_BYTES, column_names=header, skip_rows=1),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types),
                                                  strings_can_be_null=True, null_values=list(na_values)))
+        floats = [name for name, t in types.items() if pa.types.is_floating(t)]
         for batch in reader:
+            for name in floats:
+                if pc.any(pc.is_inf(batch.column(batch.schema.get_field_index(name)))).as_py():
+                    _explain_overflow(uri, header, name)  # a finite number too large for float32; or a real inf
             yield batch
     except (pa.ArrowInvalid, OSError) as err:
         raise GpupipeError(_explain_csv_error(uri, header, " ".join(str(err).split()), types)) from None
     finally:
         stream.close()
+
+
+def _overflow_message(uri: str, where: str, name: str, value: object) -> str:
+    return (f"data.source: {uri}{where}: column '{name}' holds {value}, outside float32's range (about "
+            f"±{FLOAT32_MAX:.1e}, which numeric features are read as); rescale the column (e.g. its logarithm, or "
+            f"other units), or move '{name}' to categorical_features if it is an identifier")
+
+
+def _explain_overflow(uri: str, header: List[str], name: str) -> None:
+    """Arrow read a finite number beyond float32's range as inf: find the first such cell
+    and say so (a cell spelt inf is left to the step's inf check, which says that)."""
+    index = header.index(name)
+    with _open_text_stream(uri) as raw:
+        next(raw, None)
+        for line_no, raw_line in enumerate(raw, start=2):
+            try:
+                row = next(csv.reader([raw_line.decode("utf-8", "replace")]))
+                value = float(row[index].strip())
+            except (ValueError, IndexError, StopIteration):
+                continue
+            if np.isfinite(value) and abs(value) > FLOAT32_MAX:
+                raise GpupipeError(_overflow_message(uri, f" line {line_no}", name, row[index].strip()))
 
 
 def _explain_csv_error(uri: str, header: List[str], message: str, types) -> str:
@@ -345,6 +391,8 @@ def _select_and_cast(batch: pa.RecordBatch, types, uri: str) -> pa.RecordBatch:
         column = batch.column(index)
         if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             column = _utf8(column, uri, name)
+        if dtype == pa.float32() and (pa.types.is_float64(column.type) or pa.types.is_integer(column.type)):
+            _check_float32_range(column, uri, name)
         try:
             arrays.append(column if column.type == dtype else column.cast(dtype))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -355,6 +403,17 @@ def _select_and_cast(batch: pa.RecordBatch, types, uri: str) -> pa.RecordBatch:
                                f"{'numeric' if pa.types.is_floating(dtype) else 'categorical'} but holds{value} "
                                f"of type {column.type}; fix the data or the feature's declared kind") from None
     return pa.RecordBatch.from_arrays(arrays, list(types))
+
+
+def _check_float32_range(column: pa.Array, uri: str, name: str) -> None:
+    """A finite float64 (or an integer) beyond float32's range would become inf in the cast."""
+    if not len(column) or column.null_count == len(column):
+        return
+    values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+    beyond = np.isfinite(values) & (np.abs(values) > FLOAT32_MAX)
+    if beyond.any():
+        at = int(np.argmax(beyond))
+        raise GpupipeError(_overflow_message(uri, f" row {at + 1} of a batch", name, column[at].as_py()))
 
 
 def _utf8(column: pa.Array, uri: str, name: str) -> pa.Array:
