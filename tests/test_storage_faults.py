@@ -171,3 +171,21 @@ def test_gpupipe_versions_against_an_s3_endpoint_that_is_down_is_one_line(attemp
     assert line.endswith("(no connection); check storage.s3.endpoint (AWS_ENDPOINT_URL_S3) and the network, or raise "
                          "storage.retry.attempts"), line
     assert seconds < (30 if tries == 5 else 12), seconds  # the process's own start-up included
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_create_only_write_whose_answer_is_lost_still_wins(kind, monkeypatch):
+    """The claim reaches the server, its answer is lost, the client replays it and meets a
+    412: its own first try (the write's id in the object's metadata), so the claim is ours;
+    another writer's claim of the same bytes stays a Conflict."""
+    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+        proxy.schedule("lose", nth=1)
+        retry.reset_counts()
+        claim = f"{bucket}/serving/m/claims/7"
+        assert storage.create(claim, b"") is True
+        assert proxy.injected["lose"] == 1 and retry.retries() == 1
+        assert storage.create(claim, b"") is False  # a second writer with the same (empty) bytes: not its claim
+        data, token = storage.read_versioned(f"{bucket}/serving/m/claims/7")
+        proxy.schedule("lose", nth=1)  # the next conditional replace: landed, answer lost
+        storage.write_bytes(claim, b"mine", if_match=token)
+        assert storage.read_bytes(claim) == b"mine" and retry.retries() == 2

@@ -12,13 +12,14 @@ of times only (its predicate, our bound of attempts and our count would be lost)
 operation is repeated whole. A read stream reads the listed generation by ranges, each
 range retried on its own (a broken read resumes where it broke). Writes are retried too: an unconditional write puts the whole object (a replay
 leaves the same bytes), and a conditional one that finds, on its replay, a 412 caused by
-its own first try (the object now holds exactly these bytes) has succeeded.
+its own first try (the object's `gpupipe-write` metadata names this write) has succeeded.
 `classify` turns what is left into one-line StorageErrors."""
 from __future__ import annotations
 
 import functools
 import io
 import os
+import uuid
 from typing import BinaryIO, List, Optional
 
 from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
@@ -27,6 +28,7 @@ from components.contracts.storage.retry import StorageError
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 READ_CHUNK = 8 << 20  # a read stream's request size
+WRITE_ID = "gpupipe-write"  # custom metadata of a conditional write: which write made this generation
 
 
 @functools.lru_cache(maxsize=4)
@@ -149,20 +151,23 @@ class GCSBackend:
         from google.api_core.exceptions import PreconditionFailed
 
         generation = 0 if if_match is ABSENT else if_match
+        blob = _blob(uri)
+        write_id = uuid.uuid4().hex  # names this write, so a replay can tell its own first try from another's
+        blob.metadata = {WRITE_ID: write_id}
         op = retry.current()
         retried_before = op.retries if op is not None else 0
         try:
-            _media(uri, _blob(uri).upload_from_string, data, content_type="application/octet-stream",
+            _media(uri, blob.upload_from_string, data, content_type="application/octet-stream",
                    if_generation_match=generation)
         except PreconditionFailed:
-            if op is not None and op.retries > retried_before and self._holds(uri, data):
+            if op is not None and op.retries > retried_before and self._written_by(uri, write_id):
                 return  # our first try landed and its answer was lost: the replay's 412 is our own write
             raise Conflict(uri) from None
 
-    def _holds(self, uri: str, data: bytes) -> bool:
+    def _written_by(self, uri: str, write_id: str) -> bool:
         bucket, name = split(uri)
         blob = client().bucket(bucket).get_blob(name, **_kw(uri))
-        return blob is not None and _media(uri, blob.download_as_bytes) == data
+        return blob is not None and (blob.metadata or {}).get(WRITE_ID) == write_id
 
     def delete(self, uri: str) -> None:
         from google.api_core.exceptions import NotFound

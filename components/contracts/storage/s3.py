@@ -25,8 +25,8 @@ storage.retry's attempts and timeouts (retry.py); each retry is counted and logg
 the client's `request-created` event. botocore retries a request until its answer's
 headers; a body that breaks while streaming (a reset, a read timeout) is fetched again
 here, from where it broke for a range read, whole for a small object. A conditional write
-whose replay meets a 412 caused by its own lost first try (the object holds exactly
-these bytes) has succeeded. `classify` turns what is left into one-line StorageErrors.
+whose replay meets a 412 caused by its own lost first try (the object's `gpupipe-write`
+metadata names this write) has succeeded. `classify` turns what is left into one-line StorageErrors.
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ LOCK_SETTLE_ENV = "GPUPIPE_S3_LOCK_SETTLE"
 ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"  # from the Secret storage.s3.credentials_secret names
 SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 READ_BLOCK = 4 << 20
+WRITE_ID = "gpupipe-write"  # user metadata of a conditional write: which write made this version of the object
 
 
 def _endpoint() -> str:
@@ -230,16 +231,28 @@ class S3Backend:
             extra["IfNoneMatch"] = "*"
         elif if_match is not ANY:
             extra["IfMatch"] = if_match
+        if extra:  # names this write, so a replay can tell its own first try from another's
+            extra["Metadata"] = {WRITE_ID: uuid.uuid4().hex}
         op = retry.current()
         retried_before = op.retries if op is not None else 0
         try:
             client().put_object(Bucket=bucket, Key=key, Body=data, **extra)
         except _errors() as err:
             if _status(err) in (409, 412) or _code(err) in ("PreconditionFailed", "ConditionalRequestConflict"):
-                if extra and op is not None and op.retries > retried_before and self.read_versioned(uri)[0] == data:
+                if extra and op is not None and op.retries > retried_before and \
+                        self._written_by(bucket, key, extra["Metadata"][WRITE_ID]):
                     return  # our first try landed and its answer was lost: the replay's 412 is our own write
                 raise Conflict(uri) from None
             raise
+
+    def _written_by(self, bucket: str, key: str, write_id: str) -> bool:
+        try:
+            head = client().head_object(Bucket=bucket, Key=key)
+        except _errors() as err:
+            if _missing(err):
+                return False
+            raise
+        return head.get("Metadata", {}).get(WRITE_ID) == write_id
 
     def write(self, uri: str, data: bytes, if_match: object = ANY) -> None:
         if if_match is ANY or os.environ.get(CONDITIONAL_ENV, "1") != "0":
