@@ -20,6 +20,7 @@ from components.contracts.pods import Toleration, check_quantity
 from components.contracts.settings import StorageSettings, Strict, check_secret_name
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
+from components.notify.settings import NotifySettings
 from components.push.settings import NAME_RE, ServingSettings
 from components.train.settings import TrainSettings
 from components.validate.settings import ValidationSettings
@@ -178,6 +179,8 @@ class PipelineConfig(Strict):
     serving: ServingSettings
     images: ImagesConfig = ImagesConfig()
     cluster: ClusterConfig = ClusterConfig()
+    notify: NotifySettings = Field(
+        NotifySettings(), description="a webhook told when a run fails, is not blessed or pushes (Slack's JSON)")
     storage: StorageSettings = Field(
         StorageSettings(), description="how the object stores are reached: s3 (endpoint, region, addressing, "
                                        "conditional writes, the credentials' Secret); the same for the compiled tasks, "

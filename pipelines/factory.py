@@ -20,6 +20,8 @@ from components.contracts.settings import Columns
 from components.evaluate.component import make_evaluate_op
 from components.fingerprint.component import make_fingerprint_op
 from components.ingest.component import make_ingest_op
+from components.notify.component import make_notify_op
+from components.notify.settings import WEBHOOK_SECRET_KEY, WEBHOOK_URL_ENV
 from components.push.component import make_push_op
 from components.report.component import make_report_op
 from components.train.component import make_train_op
@@ -161,16 +163,6 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
     """Returns the `@dsl.pipeline` function for `config`: for the cluster (compile it; its
     defaults are the cluster locations) or, `local`, for kfp.local."""
     defaults = run_parameters(config, local=local)
-    cpu_image = config.images.cpu_image
-    fingerprint_op = make_fingerprint_op(cpu_image)
-    ingest_op = make_ingest_op(cpu_image)
-    validate_op = make_validate_op(cpu_image)
-    train_op = make_train_op(config.train_image)
-    evaluate_op = make_evaluate_op(cpu_image)
-    push_op = make_push_op(cpu_image)
-    report_op = make_report_op(cpu_image)
-    data, training, serving = config.data, config.training, config.serving
-    columns = Columns.part_of(data).model_dump_json()
 
     @dsl.pipeline(name=config.name, description=config.description or f"gpupipe pipeline {config.name}",
                   pipeline_root=None if local else config.pipeline_root)
@@ -181,59 +173,94 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
         serving_base: str = defaults[P_SERVING_BASE],
         learning_rate: float = defaults[P_LEARNING_RATE],
     ):
-        # Never cached: its outputs put the data's and the served model's state into the
-        # cache keys of ingest and validate, so those are reused only when neither changed.
-        fingerprint_task = fingerprint_op(source=data_source, data_format=data.format, serving_base=serving_base,
-                                          model_name=serving.model_name)
-        fingerprint_task.set_display_name("Fingerprint inputs").set_caching_options(False)
+        with exit_handler(config, local, serving_base):
+            _steps(config, data_source, epochs, eval_threshold, serving_base, learning_rate)
 
-        ingest_task = ingest_op(source=data_source, settings=data.model_dump_json(),
-                                numeric_label=training.task == "regression",
-                                source_fingerprint=fingerprint_task.outputs["data"])
-        ingest_task.set_display_name("Ingest data").set_caching_options(True)
-
-        validate_task = validate_op(
-            examples=ingest_task.outputs["examples"], columns=columns, settings=config.validation.model_dump_json(),
-            serving_base=serving_base, model_name=serving.model_name,
-            served_version=fingerprint_task.outputs["served"])
-        validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
-
-        launch = launch_json(config)
-        train_task = train_op(
-            examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-            columns=columns, settings=training.model_dump_json(), launch=launch, epochs=epochs,
-            learning_rate=learning_rate)
-        train_task.set_display_name("Train model").set_caching_options(False)
-        train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
-                             backoff_factor=2.0)
-        if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
-            kubernetes.use_field_path_as_env(train_task, env_name=POD_NAME_ENV, field_path="metadata.name")
-            kubernetes.use_field_path_as_env(train_task, env_name=POD_UID_ENV, field_path="metadata.uid")
-
-        evaluate_task = evaluate_op(
-            model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],
-            settings=config.evaluation.model_dump_json(), threshold=eval_threshold, serving_base=serving_base,
-            model_name=serving.model_name)
-        evaluate_task.set_display_name("Evaluate model").set_caching_options(False)
-
-        push_task = push_op(
-            model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
-            examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-            schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-            lineage=push_lineage(config), data_fingerprint=fingerprint_task.outputs["data"])
-        push_task.set_display_name("Push to serving").set_caching_options(False)
-
-        # Reads what the others recorded; the page is the task's HTML output in the Kubeflow UI.
-        report_task = report_op(
-            train_report=train_task.outputs["report"], blessing=evaluate_task.outputs["blessing"],
-            anomalies=validate_task.outputs["anomalies"], pushed=push_task.outputs["pushed"], pipeline=config.name,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        report_task.set_display_name("Run report").set_caching_options(False)
-
-        shapes = {names.FINGERPRINT: fingerprint_task, names.INGEST: ingest_task, names.VALIDATE: validate_task,
-                  names.EVALUATE: evaluate_task, names.PUSH: push_task, names.REPORT: report_task}
-        for step, task in shapes.items():
-            apply_pod_shape(task, pods.step_shape(config, step))
-        apply_pod_shape(train_task, pods.launcher_shape(config) if launch else pods.training_shape(config))
     return pipeline
+
+
+def exit_handler(config: PipelineConfig, local: bool, serving_base):
+    """With notify.webhook_secret, on the cluster: the steps run inside a dsl.ExitHandler whose
+    exit task (components/notify) reports the run's final status (kfp.local has no exit
+    handlers: `gpupipe run` notifies from its summary)."""
+    import contextlib
+
+    if local or not config.notify.webhook_secret:
+        return contextlib.nullcontext()
+    notify_task = make_notify_op(config.images.cpu_image)(
+        settings=config.notify.for_cluster().model_dump_json(), pipeline=config.name,
+        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, serving_base=serving_base, model_name=config.serving.model_name)
+    notify_task.set_display_name("Notify").set_caching_options(False)
+    kubernetes.use_secret_as_env(notify_task, secret_name=config.notify.webhook_secret,
+                                 secret_key_to_env={WEBHOOK_SECRET_KEY: WEBHOOK_URL_ENV})
+    apply_pod_shape(notify_task, pods.step_shape(config, names.NOTIFY))
+    return dsl.ExitHandler(notify_task, name="gpupipe-run")
+
+
+def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_base, learning_rate):
+    """The run's tasks, wired; the pipeline's parameters as KFP passes them in."""
+    cpu_image = config.images.cpu_image
+    fingerprint_op = make_fingerprint_op(cpu_image)
+    ingest_op = make_ingest_op(cpu_image)
+    validate_op = make_validate_op(cpu_image)
+    train_op = make_train_op(config.train_image)
+    evaluate_op = make_evaluate_op(cpu_image)
+    push_op = make_push_op(cpu_image)
+    report_op = make_report_op(cpu_image)
+    data, training, serving = config.data, config.training, config.serving
+    columns = Columns.part_of(data).model_dump_json()
+    # Never cached: its outputs put the data's and the served model's state into the
+    # cache keys of ingest and validate, so those are reused only when neither changed.
+    fingerprint_task = fingerprint_op(source=data_source, data_format=data.format, serving_base=serving_base,
+                                      model_name=serving.model_name)
+    fingerprint_task.set_display_name("Fingerprint inputs").set_caching_options(False)
+
+    ingest_task = ingest_op(source=data_source, settings=data.model_dump_json(),
+                            numeric_label=training.task == "regression",
+                            source_fingerprint=fingerprint_task.outputs["data"])
+    ingest_task.set_display_name("Ingest data").set_caching_options(True)
+
+    validate_task = validate_op(
+        examples=ingest_task.outputs["examples"], columns=columns, settings=config.validation.model_dump_json(),
+        serving_base=serving_base, model_name=serving.model_name,
+        served_version=fingerprint_task.outputs["served"])
+    validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
+
+    launch = launch_json(config)
+    train_task = train_op(
+        examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
+        columns=columns, settings=training.model_dump_json(), launch=launch, epochs=epochs,
+        learning_rate=learning_rate)
+    train_task.set_display_name("Train model").set_caching_options(False)
+    train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
+                         backoff_factor=2.0)
+    if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
+        kubernetes.use_field_path_as_env(train_task, env_name=POD_NAME_ENV, field_path="metadata.name")
+        kubernetes.use_field_path_as_env(train_task, env_name=POD_UID_ENV, field_path="metadata.uid")
+
+    evaluate_task = evaluate_op(
+        model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],
+        settings=config.evaluation.model_dump_json(), threshold=eval_threshold, serving_base=serving_base,
+        model_name=serving.model_name)
+    evaluate_task.set_display_name("Evaluate model").set_caching_options(False)
+
+    push_task = push_op(
+        model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
+        examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
+        schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base,
+        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        lineage=push_lineage(config), data_fingerprint=fingerprint_task.outputs["data"])
+    push_task.set_display_name("Push to serving").set_caching_options(False)
+
+    # Reads what the others recorded; the page is the task's HTML output in the Kubeflow UI.
+    report_task = report_op(
+        train_report=train_task.outputs["report"], blessing=evaluate_task.outputs["blessing"],
+        anomalies=validate_task.outputs["anomalies"], pushed=push_task.outputs["pushed"], pipeline=config.name,
+        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    report_task.set_display_name("Run report").set_caching_options(False)
+
+    shapes = {names.FINGERPRINT: fingerprint_task, names.INGEST: ingest_task, names.VALIDATE: validate_task,
+              names.EVALUATE: evaluate_task, names.PUSH: push_task, names.REPORT: report_task}
+    for step, task in shapes.items():
+        apply_pod_shape(task, pods.step_shape(config, step))
+    apply_pod_shape(train_task, pods.launcher_shape(config) if launch else pods.training_shape(config))

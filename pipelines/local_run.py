@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from components.contracts import names
-from components.contracts.errors import ERROR_FILE_ENV
+from components.contracts.errors import ERROR_FILE_ENV, GpupipeError
 from components.contracts.storage import is_remote
 from components.sources.readers import check_columns
 from components.sources.synthetic import is_synthetic
@@ -55,6 +55,7 @@ class RunSummary:
     ingest: Optional[dict] = None  # the examples' manifest
     report: Optional[str] = None  # the run report's page, beside the run
     errors: List[str] = field(default_factory=list)
+    notified: Optional[str] = None  # what notify.webhook_url was told, or why not
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,8 @@ class RunSummary:
                 lines.append(f"  not pushed: {self.push.get('reason')}")
         if self.report:
             lines.append(f"  run report: {self.report}")
+        if self.notified:
+            lines.append(f"  {self.notified}")
         for err in self.errors:
             lines.append(f"error: {err}")
         if self.log_file:
@@ -283,4 +286,23 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
             except OSError:
                 shutil.copyfile(page, beside)
             summary.report = str(beside)
+    if config.notify.webhook_url:
+        summary.notified = notify_outcome(config, summary)
     return summary
+
+
+def notify_outcome(config: PipelineConfig, summary: RunSummary) -> str:
+    """Tells notify.webhook_url how the run ended (components/notify), as the cluster's exit
+    handler does; returns the summary's line about it. A webhook that fails is a warning."""
+    from components.notify.logic import notify, outcome_of
+
+    decided = None
+    if summary.push is not None:
+        decided = {**{k: (summary.blessing or {}).get(k) for k in ("blessed", "metric", "value", "threshold")},
+                   "reasons": (summary.blessing or {}).get("reasons", []), **summary.push}
+    outcome = outcome_of(summary.status, decided)
+    try:
+        sent = notify(config.notify, config.name, outcome, decided, error=(summary.errors or [""])[0])
+    except GpupipeError as err:
+        return f"warning: {err}"
+    return f"notified: {outcome.replace('_', ' ')}" if sent else f"not notified: {outcome} is not in notify.on"

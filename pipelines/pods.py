@@ -26,6 +26,7 @@ STEP_DEFAULTS: Dict[str, StepResources] = {
     names.EVALUATE: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="2h"),
     names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
     names.REPORT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
+    names.NOTIFY: StepResources(cpu="100m", cpu_limit="500m", memory="256Mi", memory_limit="512Mi", timeout="10m"),
 }
 # /tmp of the pods that train: an emptyDir, so the workers' root filesystem can be read-only
 # (Pod Security "restricted"); staging and the local backup go there without a disk cache.

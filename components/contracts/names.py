@@ -10,6 +10,7 @@ EVALUATE = "evaluate"
 PUSH = "push"
 REPORT = "report"
 STEPS = (FINGERPRINT, INGEST, VALIDATE, TRAIN, EVALUATE, PUSH, REPORT)
+NOTIFY = "notify"  # the exit handler on the cluster (with notify.webhook_secret), not one of the steps
 
 # Split folders written by ingest.
 TRAIN_SPLIT = "train"

@@ -224,4 +224,9 @@ def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics
         write_result(PushResult(pushed=False, reason=str(err)), output_dir)
         raise
     write_result(result, output_dir)
+    if run_id:  # what this run decided, for the exit handler that reports it (components/notify)
+        gate = {k: v for k, v in blessing.to_dict().items() if k in ("blessed", "metric", "value", "threshold")}
+        served.record_run(ServingStore(settings.base, settings.model_name), run_id,
+                          {**gate, "run_id": run_id, "pushed": result.pushed, "version": result.version,
+                           "reason": result.reason, "reasons": blessing.reasons})
     return result

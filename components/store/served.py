@@ -12,6 +12,7 @@ change that dies between the two is repaired by the next one, which renders agai
 from __future__ import annotations
 
 import json
+import re
 import os
 import time
 from typing import Callable, List, Optional, Tuple
@@ -364,3 +365,26 @@ def version_records(store: ServingStore) -> List[dict]:
                     "run_id": lineage.get("run_id", ""),
                     "in_progress": bool(e.get("in_progress"))})
     return out
+
+
+# -- what each run decided ------------------------------------------------------------
+RUNS_DIR = "runs"  # <base>/<model>/runs/<run id>.json (TF Serving loads integer folders only)
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def _run_file(store: ServingStore, run_id: str) -> str:
+    if not _RUN_ID_RE.match(run_id):
+        raise GpupipeError(f"run id '{run_id[:80]}' is not a plain name (letters, digits, '.', '_', '-')")
+    return storage.join(store.model_root, RUNS_DIR, f"{run_id}.json")
+
+
+def record_run(store: ServingStore, run_id: str, outcome: dict) -> None:
+    """What run `run_id`'s push decided (pushed or not, why, the gate's figures), for whoever
+    reports on the run after it (the pipeline's exit handler that notifies)."""
+    store.update_small(_run_file(store, run_id), lambda _: json.dumps(outcome, indent=2, sort_keys=True),
+                       "the run's outcome")
+
+
+def run_outcome(store: ServingStore, run_id: str) -> Optional[dict]:
+    text = store._read(_run_file(store, run_id))
+    return json.loads(text) if text else None

@@ -1,0 +1,132 @@
+"""Notifications: a webhook receiver on loopback (tests/fixtures/webhook.py, an HTTP server
+taking Slack's incoming-webhook JSON) gets one message for each outcome of a run: failed, not
+blessed, pushed. Locally `gpupipe run` sends it from its summary; on the cluster the compiled
+pipeline's exit handler sends it with KFP's final status and what push recorded."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("notify-runs")]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def penguins(tmp_path: Path, url: str, **notify) -> "PipelineConfig":  # noqa: F821
+    from pipelines.config import parse_config
+
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["data"]["source"] = str(ROOT / "data" / "penguins.csv")
+    raw["serving"]["base"] = str(tmp_path / "serving")
+    raw["notify"] = {"webhook_url": url, **notify}
+    return parse_config(raw)
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    """Three local runs, one per outcome, each told to the same receiver: pushed (a threshold a
+    short training meets), not blessed (one it cannot), failed (a numeric column holding text)."""
+    from pipelines.local_run import run_local
+    from tests.fixtures.webhook import webhook_receiver
+
+    tmp_path = tmp_path_factory.mktemp("notify")
+    bad = tmp_path / "bad.csv"
+    rows = (ROOT / "data" / "penguins.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    broken = rows[5].split(",")
+    broken[header.index("body_mass_g")] = "heavy"
+    bad.write_text("\n".join([rows[0], *rows[1:5], ",".join(broken), *rows[6:]]) + "\n")
+    with webhook_receiver() as (url, messages):
+        config = penguins(tmp_path, url)
+        summaries = {
+            "pushed": run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"epochs": 4, "eval_threshold": 0.5},
+                                quiet=True),
+            "not_blessed": run_local(config, runs_dir=str(tmp_path / "runs"),
+                                     overrides={"epochs": 2, "eval_threshold": 0.9999}, quiet=True),
+            "failed": run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"data_source": str(bad)},
+                                quiet=True),
+        }
+    return tmp_path, summaries, messages
+
+
+def test_a_local_run_tells_the_webhook_each_outcome_once(three_runs):
+    _, summaries, messages = three_runs
+    assert [s.status for s in summaries.values()] == ["SUCCESS", "SUCCESS", "FAILURE"]
+    assert len(messages) == 3, messages
+    pushed, not_blessed, failed = (m["text"] for m in messages)
+    assert pushed.startswith("gpupipe penguins: pushed version 1") and "threshold 0.5000): blessed" in pushed
+    assert not_blessed.startswith("gpupipe penguins: not blessed, nothing pushed")
+    assert "threshold 0.9999): not blessed" in not_blessed and "not pushed:" in not_blessed
+    assert failed.startswith("gpupipe penguins: run failed") and "body_mass_g" in failed
+    for m in messages:  # Slack's shape: the text, and one mrkdwn section with the same lines
+        assert m["blocks"] == [{"type": "section", "text": {"type": "mrkdwn", "text": m["text"]}}]
+    assert summaries["pushed"].notified == "notified: pushed"
+    assert "notified: not blessed" in summaries["not_blessed"].render()
+
+
+def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_runs):
+    """The compiled exit task's own function, with KFP's final status: SUCCEEDED and push's
+    record of that run -> pushed; FAILED -> failed with KFP's error message. A webhook that
+    answers 503 twice gets the message on the third attempt."""
+    from kfp import dsl
+
+    from components.notify.component import make_notify_op
+    from components.store import served
+    from components.store.base import ServingStore
+    from tests.fixtures.webhook import webhook_receiver
+
+    tmp_path, summaries, _ = three_runs
+    run_dir = Path(summaries["pushed"].run_dir)
+    store = ServingStore(str(tmp_path / "serving"), "penguins")
+    run_ids = [p.stem for p in (tmp_path / "serving" / "penguins" / served.RUNS_DIR).glob("*.json")]
+    recorded = {run_id: served.run_outcome(store, run_id) for run_id in run_ids}
+    (pushed_run,) = [run_id for run_id, outcome in recorded.items() if outcome["pushed"]]
+    assert recorded[pushed_run]["version"] == 1 and run_dir.is_dir()
+
+    notify_fn = make_notify_op("unused").python_func
+    with webhook_receiver(fail_first=2) as (url, messages), pytest.MonkeyPatch.context() as env:
+        env.setenv("GPUPIPE_WEBHOOK_URL", url)  # as the Secret gives it to the exit task
+        settings = json.dumps({"ui_url": "https://kf.example.com/pipeline", "webhook_secret": "team-slack"})
+        for state, run_id, error in (("SUCCEEDED", pushed_run, ""), ("FAILED", "run-2", "train: OOMKilled")):
+            status = dsl.PipelineTaskFinalStatus(state=state, pipeline_job_resource_name=f"runs/{run_id}",
+                                                 pipeline_task_name="exit-handler-1", error_code=None,
+                                                 error_message=error)
+            notify_fn(status=status, settings=settings, pipeline="penguins", run_id=run_id,
+                      serving_base=str(tmp_path / "serving"), model_name="penguins")
+    assert [m["text"].splitlines()[0] for m in messages] == ["gpupipe penguins: pushed version 1",
+                                                             "gpupipe penguins: run failed"]
+    assert f"run: https://kf.example.com/pipeline/#/runs/details/{pushed_run}" in messages[0]["text"]
+    assert "train: OOMKilled" in messages[1]["text"]
+
+
+def test_a_webhook_that_refuses_is_one_warning_line_not_a_failed_run(tmp_path, capsys):
+    from components.notify.logic import run_notify
+    from components.notify.settings import NotifySettings
+
+    lines = run_notify(settings=NotifySettings(webhook_url="http://127.0.0.1:9/hook"), state="FAILED", error="x",
+                       pipeline="penguins", run_id="r1", serving_base=str(tmp_path), model_name="penguins")
+    assert len(lines) == 1 and lines[0].startswith("warning: notify: the webhook at 127.0.0.1:9 did not take")
+    assert "notify.webhook_url" in lines[0]
+
+
+def test_the_compiled_pipeline_notifies_from_an_exit_handler_with_the_webhook_from_a_secret(tmp_path):
+    from pipelines.cli import compile_to_text
+    from pipelines.config import parse_config
+
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["notify"] = {"webhook_secret": "team-a-slack", "webhook_url": "https://hooks.example.com/T1/B1/secret"}
+    text = compile_to_text(parse_config(raw))
+    assert "hooks.example.com" not in text  # the local webhook is never compiled in
+    spec, platform = yaml.safe_load_all(text)
+    root = spec["root"]["dag"]["tasks"]
+    assert set(root) == {"exit-handler-1", "notify"}
+    assert root["notify"]["triggerPolicy"] == {"strategy": "ALL_UPSTREAM_TASKS_COMPLETED"}
+    assert root["notify"]["dependentTasks"] == ["exit-handler-1"]
+    inner = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert {"ingest", "train", "push"} <= set(inner)
+    env = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-notify"]["secretAsEnv"]
+    assert [(e["secretName"], e["keyToEnv"]) for e in env] == [("team-a-slack",
+                                                                [{"secretKey": "url", "envVar": "GPUPIPE_WEBHOOK_URL"}])]
+    # without a Secret, no exit handler: the committed example pipelines stay as they are
+    assert "exit-handler" not in compile_to_text(parse_config(yaml.safe_load(
+        (ROOT / "configs" / "penguins.yaml").read_text())))
