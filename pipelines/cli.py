@@ -447,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="default: <config dir>/<name>.schema.pbtxt")
     p.set_defaults(func=cmd_schema)
 
+    from pipelines.reference import cmd_config_schema  # the config file's own schema (docs/config.schema.json)
+    p = sub.add_parser("config-schema", help="print the config's JSON Schema (docs/config.schema.json), generated "
+                                             "from pipelines/config.py")
+    p.set_defaults(func=cmd_config_schema)
+
     p = sub.add_parser("init", help="propose a commented config from a sample of a table (TFDV schema inference)")
     p.add_argument("data", help="a CSV, Parquet or TFRecord file, directory, glob or gs:// prefix")
     p.add_argument("--label", required=True, help="the column to predict")
