@@ -105,7 +105,7 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
     assert text.startswith(f"# Proposed by `gpupipe init data/penguins.csv --label species -o {target}` from 344 "
                            "sampled rows (the whole file).")
     assert ("  # (always answering 'Adelie', the most frequent class; on the sampled rows it scores 0.4419).\n"
-            "  must_beat_trivial: true\n  threshold: 0  # ") in text
+            "  must_beat_trivial: true\n") in text and "\n  must_beat_baseline: false\n  threshold: 0  # " in text
     assert "  #   year: integers with 3 distinct values in the sample: proposed as categorical codes" in text
     config = load_config(target)
     data = config.data
@@ -376,3 +376,5 @@ def test_a_table_sorted_by_its_label_gets_the_gate_from_the_eval_split(tmp_path,
     assert f"a model that learnt nothing (always predicting the mean, {eval_y.mean():.4g}) scores {mean_rmse:.4f} " \
            "on the eval split" in blessing.reasons[0]
     assert blessing.blessed and evaluation.metrics["rmse"] < 0.5 * mean_rmse, evaluation.metrics
+    # the linear baseline beside it: Ridge on a target linear in a and b, up to noise of deviation 3
+    assert evaluation.linear_model == "Ridge" and 2.5 < evaluation.linear["rmse"] < 3.5, evaluation.linear

@@ -46,6 +46,8 @@ class Evaluation:
     roc: Optional[Dict[str, List[float]]] = None  # binary only: fpr, tpr, thresholds
     pr: Optional[Dict[str, List[float]]] = None  # binary only: precision, recall, thresholds
     trivial: Optional[Dict[str, float]] = None  # what a model that learnt nothing scores on the same rows
+    linear: Optional[Dict[str, float]] = None  # the linear baseline's metrics on the same eval split
+    linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -190,14 +192,15 @@ def _check_trivial(metric: str, value: float, trivial: Trivial) -> Tuple[bool, s
 
 def bless_model(evaluation: Evaluation, metric: str, threshold: float, thresholds: Optional[Dict[str, dict]] = None,
                 baseline: Optional[Evaluation] = None, baseline_version: Optional[int] = None,
-                trivial: Optional[Trivial] = None) -> Blessing:
+                trivial: Optional[Trivial] = None, linear: Optional[Evaluation] = None) -> Blessing:
     """TFMA-style blessing. `metric`/`threshold` is the primary value threshold (a lower
     bound, or an upper bound for lower-is-better metrics; 0: none); `thresholds` maps more
     metrics to {lower_bound, upper_bound, change: {absolute, relative}}; a `change` on
     `metric` itself may be given there too. Change thresholds need a baseline and are
     skipped (and said so) without one. `trivial`: the primary metric must also beat what
     a model that learnt nothing scored on the same rows; the blessing's threshold is then
-    the stricter of the two."""
+    the stricter of the two. `linear`: the primary metric must also be at least as good as
+    the linear baseline's (its `linear_model` names it)."""
     if metric not in evaluation.metrics:
         raise GpupipeError(f"evaluation thresholds: metric '{metric}' is not computed for this model; "
                            f"use one of {', '.join(sorted(evaluation.metrics))}")
@@ -211,8 +214,17 @@ def bless_model(evaluation: Evaluation, metric: str, threshold: float, threshold
         (passes if beats else failures).append(reason)
         score = trivial.metrics[metric]
         threshold = score if not threshold else (min if metric in LOWER_IS_BETTER else max)(threshold, score)
-    elif not threshold:
+    elif not threshold and linear is None:
         passes.append(f"{metric} {evaluation.metrics[metric]:.4f}: no fixed threshold (evaluation.threshold 0)")
+    if linear is not None:
+        value, score = evaluation.metrics[metric], linear.metrics[metric]
+        worse = value > score if metric in LOWER_IS_BETTER else value < score
+        line = (f"{metric} {value:.4f} vs the linear baseline ({linear.linear_model} on the same train split and "
+                f"features) {score:.4f} on the eval split")
+        if worse:
+            failures.append(f"{line}: worse (evaluation.must_beat_baseline)")
+        else:
+            passes.append(f"{line}: not worse")
     for name, rule in sorted(all_thresholds.items()):
         if name not in evaluation.metrics:
             raise GpupipeError(f"evaluation thresholds: metric '{name}' is not computed for this model; "
@@ -247,15 +259,18 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
     verdict = "**BLESSED**" if blessing.blessed else "**NOT BLESSED**"
     lines = [f"# Model evaluation: {verdict}", ""]
     lines += [f"- {r}" for r in blessing.reasons] + [""]
-    trivial = evaluation.trivial or {}
+    trivial, linear = evaluation.trivial or {}, evaluation.linear or {}
     head = "| metric | candidate |" + (f" served v{blessing.baseline_version} |" if baseline else "")
+    head += f" linear ({evaluation.linear_model}) |" if linear else ""
     head += " learnt nothing |" if trivial else ""
-    lines += [head, "|---|---|" + ("---|" if baseline else "") + ("---|" if trivial else "")]
+    lines += [head, "|---|---|" + ("---|" if baseline else "") + ("---|" if linear else "") + ("---|" if trivial else "")]
     for k, v in evaluation.metrics.items():
         row = f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
         if baseline:
             b = baseline.metrics.get(k)
             row += f" {b:.4f} |" if isinstance(b, float) else f" {b} |"
+        if linear:
+            row += f" {linear[k]:.4f} |" if isinstance(linear.get(k), float) else f" {linear.get(k, '')} |"
         if trivial:
             row += f" {trivial[k]:.4f} |" if k in trivial else " |"
         lines.append(row)
@@ -274,6 +289,20 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
     return "\n".join(lines) + "\n"
 
 
+def linear_evaluation(examples_dir: str, pred: Predictions) -> Tuple[Optional[Evaluation], str]:
+    """(the linear baseline (components/evaluate/linear.py) scored like the candidate, with
+    the candidate's classes, ""), or (None, why there is none)."""
+    from components.evaluate.linear import linear_baseline
+
+    found, why = linear_baseline(examples_dir, pred.task, pred.classes)
+    if found is None:
+        return None, why
+    scored = evaluate_predictions(Predictions(classes=pred.classes, labels=found.labels,
+                                              probabilities=found.predictions, slice_values={}, task=pred.task))
+    scored.linear_model = found.name
+    return scored, ""
+
+
 @reports_errors("evaluate")
 def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report_md: str,
                  settings: EvaluationSettings, serving_base: str = "", model_name: str = "",
@@ -289,6 +318,14 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     evaluation = evaluate_predictions(predictions)
     trivial = trivial_scores(predictions)
     evaluation.trivial = dict(trivial.metrics)
+    linear, why = linear_evaluation(examples_dir, predictions)
+    if linear is not None:
+        evaluation.linear, evaluation.linear_model = dict(linear.metrics), linear.linear_model
+    elif settings.must_beat_baseline:
+        raise GpupipeError(f"evaluation.must_beat_baseline: no linear baseline for {examples_dir} ({why}); set "
+                           "evaluation.must_beat_baseline: false")
+    else:
+        print(f"note: evaluate: no linear baseline: {why}", flush=True)
     baseline, baseline_version = None, None
     if serving_base and model_name:
         found = served_version(serving_base, model_name)
@@ -296,7 +333,8 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
             baseline_version, baseline_dir = found
             baseline = score_model(baseline_dir, examples_dir, list(settings.slices))
     blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
-                           baseline_version, trivial if settings.must_beat_trivial else None)
+                           baseline_version, trivial if settings.must_beat_trivial else None,
+                           linear if settings.must_beat_baseline else None)
     write_blessing(blessing, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)

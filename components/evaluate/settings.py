@@ -48,6 +48,11 @@ class EvaluationSettings(Strict):
                            "eval split, computed by evaluate at run time: the best constant answer (the most "
                            "frequent class for accuracy, the class shares for log_loss and pr_auc, 0.5 for auc, "
                            "the mean for rmse, the median for mae)")
+    must_beat_baseline: bool = Field(
+        False, description="the primary metric must be at least as good as a linear baseline's (scikit-learn's "
+                           "LogisticRegression, or Ridge for regression, trained on the same train split and "
+                           "features, scored on the same eval split); the baseline is computed and reported beside "
+                           "the model either way")
     change_threshold: Optional[ChangeThreshold] = Field(
         None, description="primary metric vs the model now served; skipped when nothing is served yet")
     thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")

@@ -221,3 +221,33 @@ def test_run_evaluate_scores_learning_nothing_on_the_eval_split(tmp_path, pengui
         (tmp_path / "report.md").read_text()
     saved = json.loads((tmp_path / "b" / "evaluation.json").read_text())
     assert saved["trivial"]["accuracy"] == pytest.approx(top_share)
+
+
+# ------------------------------------------------- the linear baseline (must_beat_baseline)
+def test_the_linear_baseline_is_reported_beside_the_model_and_gates_with_must_beat_baseline(
+        tmp_path, penguin_model, penguin_examples):
+    """LogisticRegression on the penguins' train split and features, scored on the eval
+    split: a real model (species from bill, flipper and mass is close to linear); with
+    must_beat_baseline a candidate worse than it is refused, and the reasons say by how much."""
+    settings = EvaluationSettings(metric="accuracy", must_beat_baseline=True)
+    evaluation, blessing = run_evaluate(
+        model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "b"),
+        report_md=str(tmp_path / "report.md"), settings=settings)
+    linear = evaluation.linear
+    assert evaluation.linear_model == "LogisticRegression" and linear["examples"] == evaluation.metrics["examples"]
+    assert linear["accuracy"] >= 0.9 and linear["log_loss"] < 0.5, linear
+    line = (f"accuracy {evaluation.metrics['accuracy']:.4f} vs the linear baseline (LogisticRegression on the same "
+            f"train split and features) {linear['accuracy']:.4f} on the eval split")
+    worse = evaluation.metrics["accuracy"] < linear["accuracy"]
+    assert blessing.blessed == (not worse)
+    assert (line + (": worse (evaluation.must_beat_baseline)" if worse else ": not worse")) in blessing.reasons
+    assert "| linear (LogisticRegression) |" in (tmp_path / "report.md").read_text()
+    # a candidate below the baseline's accuracy is refused
+    below = Evaluation(metrics={**evaluation.metrics, "accuracy": linear["accuracy"] - 0.01}, classes=[],
+                       confusion_matrix=[])
+    refused = bless_model(below, "accuracy", 0.0, linear=Evaluation(metrics=linear, classes=[], confusion_matrix=[],
+                                                                     linear_model="LogisticRegression"))
+    assert not refused.blessed and refused.reasons[0].endswith(": worse (evaluation.must_beat_baseline)")
+    off, _ = run_evaluate(model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "c"),
+                          report_md=str(tmp_path / "r2.md"), settings=EvaluationSettings(metric="accuracy"))
+    assert off.linear == linear  # reported either way, and the same fit
