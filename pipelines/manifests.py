@@ -117,8 +117,9 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
     model = {"modelFormat": {"name": "tensorflow"}, "runtimeVersion": srv.tf_serving_version,
              "storageUri": store.release_path(canary if canary is not None else stable),
              "resources": _resources(config),
-             # Knative takes these container fields without a feature flag (a pod-level
-             # securityContext needs kubernetes.podspec-securitycontext), so each is set here.
+             # Knative takes these container fields without a feature flag, a pod-level
+             # securityContext only with kubernetes.podspec-securitycontext (knative/serving
+             # pkg/apis/serving/fieldmask.go: SecurityContextMask, PodSecurityContextMask).
              "securityContext": restricted_container_security(pod_level=False)}
     scaling = srv.autoscaling
     predictor = {"minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,

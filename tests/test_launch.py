@@ -240,6 +240,9 @@ def test_workers_default_to_the_tasks_service_account_without_its_token(ctr_conf
     pod = worker_pod(job_manifest(with_task_service_account(plain, "team-a", "default-editor"), "j", "team-a",
                                   COMMAND))
     assert pod["serviceAccountName"] == "default-editor" and pod["automountServiceAccountToken"] is False
+    from tests.fixtures.k8s_schema import assert_valid
+
+    assert_valid(job_manifest(with_task_service_account(plain, "team-a", "default-editor"), "j", "team-a", COMMAND))
     # another namespace has no such account; a configured one stays
     assert with_task_service_account(plain, "team-b", "default-editor") == plain
     configured = plain.model_copy(update={"shape": plain.shape.model_copy(update={"service_account": "trainer"})})
