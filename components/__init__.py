@@ -1,5 +1,6 @@
 """gpupipe components: the seven steps of the pipeline, side by side: fingerprint, ingest,
-validate, train, evaluate, push, report.
+validate, train, evaluate, push, report; and notify, the exit handler that tells a webhook
+how a run on the cluster ended.
 
 Each step's sub-package holds `settings.py` (its config section), `logic.py` (plain
 functions, importable without kfp) and `component.py` (the thin `@dsl.component` wrapper);
