@@ -189,3 +189,92 @@ def test_a_create_only_write_whose_answer_is_lost_still_wins(kind, monkeypatch):
         proxy.schedule("lose", nth=1)  # the next conditional replace: landed, answer lost
         storage.write_bytes(claim, b"mine", if_match=token)
         assert storage.read_bytes(claim) == b"mine" and retry.retries() == 2
+
+
+def _store_state(base: str, into) -> tuple:
+    """What a push leaves that matters: whole versions and their files, states, labels."""
+    from components.store import served, states
+    from components.store.base import ServingStore
+
+    import json
+
+    store = ServingStore(base, "m")
+    record = served.read_record(store)
+    files = {v: read_back(store.version_path(v), into / str(v)) for v in store.versions()}
+    for version in files.values():  # the push's time is not the same twice
+        lineage = json.loads(version["assets.extra/gpupipe/model.json"])
+        version["assets.extra/gpupipe/model.json"] = {k: v for k, v in lineage.items() if k != "pushed_at"}
+    return (store.versions(), {v: e["state"] for v, e in record["versions"].items()}, states.labels(record),
+            files, sorted(storage.relative(e, base) for e in storage.list_prefix(base)
+                          if "/claims/" not in e.uri))
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp_path, monkeypatch):
+    from components.push.logic import push_model
+
+    a_tree(tmp_path / "model", files=12)
+    with store_behind_proxy(kind, monkeypatch, rate=0.0, seed=3) as (bucket, proxy):
+        for rate, name in ((0.0, "clean"), (0.10, "faulty")):
+            proxy.rate = rate
+            retry.reset_counts()
+            for i in range(3):
+                push_model(str(tmp_path / "model"), True, ["ok"], f"{bucket}/{name}", "m", run_id=f"run-{i}",
+                           keep_versions=2)
+            pushed_retries = retry.retries()
+            proxy.rate = 0.0
+            state = _store_state(f"{bucket}/{name}", tmp_path / name)
+            if name == "clean":
+                clean = state
+                assert not proxy.injected
+    print(f"{kind}: {proxy.summary()}; retries {pushed_retries}")
+    assert state == clean
+    assert clean[0] == [2, 3] and clean[2] == {"stable": 3}
+    assert sum(n for k, n in proxy.injected.items() if k != "delay") >= 3 and pushed_retries >= 3
+
+
+def _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch):
+    """Version 1 pushed; version 2's push meets one refused upload in the middle of its
+    files. (the error, the store, version 2's objects left)"""
+    from components.contracts.errors import GpupipeError
+    from components.push.logic import push_model
+    from components.store.base import ServingStore
+
+    a_tree(tmp_path / "model", files=10)
+    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+        base = f"{bucket}/serving"
+        push_model(str(tmp_path / "model"), True, ["ok"], base, "m", run_id="run-1")
+        writes = sum(1 for m, _, _ in proxy.log if m in ("PUT", "POST"))
+        proxy.schedule("403", nth=writes // 2)
+        with pytest.raises(GpupipeError) as err:
+            push_model(str(tmp_path / "model"), True, ["ok"], base, "m", run_id="run-2")
+        assert proxy.injected["403"] == 1
+        store = ServingStore(base, "m")
+        left = [e.uri for e in storage.list_prefix(f"{base}/m") if "/2/" in e.uri]
+        from components.store import served
+
+        record = served.read_record(store)
+        versions = store.versions()
+    return err.value, versions, record, left
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_403_in_the_middle_of_a_push_leaves_no_partial_version(kind, tmp_path, monkeypatch):
+    """The push fails in one line, version 2 is recorded failed and its files are gone
+    (release copy included); version 1 stays stable."""
+    from components.store import states
+
+    err, versions, record, left = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
+    assert "\n" not in str(err)
+    assert versions == [1] and not left, left
+    assert record["versions"]["2"]["state"] == "failed" and states.labels(record) == {"stable": 1}
+
+
+@pytest.mark.xfail(strict=True, reason="components/store/base.py ServingStore._copy_in turns every GpupipeError of "
+                                       "put_tree into 'already exists though its number was claimed', so a refused "
+                                       "upload reads as a name clash; it should let storage.StorageError through "
+                                       "(components/store is not this change's to edit)")
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_403_in_the_middle_of_a_push_says_access_was_denied(kind, tmp_path, monkeypatch):
+    err, _, _, _ = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
+    assert isinstance(err, storage.StorageError) and err.kind == retry.PERMISSION_DENIED, str(err)

@@ -63,11 +63,20 @@ def _retry(uri: str):
         if not _should_retry(err) or tries[0] >= p.attempts:
             return False
         tries[0] += 1
-        retry.note_retry("gs", uri, f"{type(err).__name__}: {err}", tries[0], p.attempts)
+        retry.note_retry("gs", uri, _fault(err), tries[0], p.attempts)
         return True
 
     return Retry(predicate=transient, initial=retry.INITIAL_BACKOFF, maximum=retry.MAX_BACKOFF, multiplier=2.0,
                  timeout=p.deadline)
+
+
+def _fault(err) -> str:
+    """A retried fault in a few words, for the log."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    if isinstance(err, GoogleAPICallError):
+        return f"HTTP {err.code} ({retry.short(err.message, 100)})"
+    return retry.connection_reason(err)
 
 
 def _kw(uri: str) -> dict:

@@ -83,7 +83,7 @@ def _remember_fault(response=None, caught_exception=None, request_dict=None, **_
     if request_dict is None:
         return None
     if caught_exception is not None:
-        why = f"{type(caught_exception).__name__}: {caught_exception}"
+        why = retry.connection_reason(caught_exception)
     elif response is not None and int(response[0].status_code) >= 400:
         why = f"HTTP {response[0].status_code} {response[1].get('Error', {}).get('Code', '')}".strip()
     else:
