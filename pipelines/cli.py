@@ -239,8 +239,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import (kserve_base, kserve_inference_service, kserve_s3_access, launcher_rbac,
-                                     tenant_manifests, tf_serving_manifests)
+    from pipelines.manifests import (kserve_base, kserve_cluster_notes, kserve_inference_service, kserve_s3_access,
+                                     launcher_rbac, tenant_manifests, tf_serving_manifests)
 
     config = load_config(args.config)
     if args.tenant:
@@ -263,7 +263,8 @@ def cmd_manifest(args: argparse.Namespace) -> int:
         access, steps = kserve_s3_access(config, base)
         mode = "RawDeployment" if args.raw_deployment else "Serverless"
         docs = [*access, kserve_inference_service(config, base, stable, canary, mode)]
-        for line in steps:  # what the user does to the Secret gpupipe never writes (stdout stays the YAML)
+        # what the user does to the Secret gpupipe never writes, and what the cluster needs (stdout stays the YAML)
+        for line in [*steps, *kserve_cluster_notes(config, mode)]:
             print(line, file=sys.stderr)
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     return 0

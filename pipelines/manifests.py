@@ -88,6 +88,18 @@ def kserve_autoscaling_annotations(config: PipelineConfig, mode: str = SERVERLES
     return annotations
 
 
+def kserve_cluster_notes(config: PipelineConfig, mode: str = SERVERLESS) -> list:
+    """What the cluster needs for the autoscaling the InferenceService asks for, as lines for
+    the user: under Serverless, cpu or memory scale through Knative's HPA class, which only
+    Knative Serving's HPA extension (serving-hpa.yaml) reconciles."""
+    metric = config.serving.autoscaling.metric
+    if mode == SERVERLESS and metric in HPA_METRICS:
+        return [f"note: serving.autoscaling.metric {metric} under Serverless scales with Knative's HPA class "
+                f"({KNATIVE_CLASS}: {KNATIVE_HPA}): the cluster needs Knative Serving's HPA extension "
+                "(serving-hpa.yaml); else set serving.autoscaling.metric: concurrency or rps, or pass --raw-deployment"]
+    return []
+
+
 def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: Optional[int],
                              canary: Optional[int] = None, mode: str = SERVERLESS) -> dict:
     """A KServe InferenceService (`predictor.model`, modelFormat tensorflow) serving the

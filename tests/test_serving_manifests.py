@@ -191,8 +191,10 @@ def test_gpupipe_manifest_prints_the_objects_and_the_annotate_command_apart(caps
     account, isvc = yaml.safe_load_all(out)
     assert (account["kind"], isvc["kind"]) == ("ServiceAccount", "InferenceService")
     assert isvc["spec"]["predictor"]["serviceAccountName"] == account["metadata"]["name"] == "penguins-s3"
-    assert err.startswith("kubectl -n models annotate --overwrite secret gpupipe-minio serving.kserve.io/s3-endpoint=")
-    assert err.count("\n") == 1
+    annotate, note = err.splitlines()
+    assert annotate.startswith("kubectl -n models annotate --overwrite secret gpupipe-minio "
+                               "serving.kserve.io/s3-endpoint=")
+    assert note.startswith("note: serving.autoscaling.metric cpu under Serverless scales with Knative's HPA class")
 
 
 # -- KServe's autoscaling rule, as its admission webhook applies it -------------------------------
@@ -319,6 +321,10 @@ def test_gpupipe_manifest_prints_a_kserve_service_its_webhook_accepts(capsys, fl
     path = Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml"
     assert load_config(path).serving.autoscaling.metric == "cpu"
     assert main(["manifest", str(path), "--serving-base", "gs://b/serving", "--version", "2", *flags]) == 0
-    (isvc,) = yaml.safe_load_all(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    (isvc,) = yaml.safe_load_all(out)
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
     assert kserve_autoscaling_refusal(isvc) == ""
+    # under Serverless, one line says what Knative needs for cpu; RawDeployment needs nothing more
+    serverless = mode == "Serverless"
+    assert err.count("\n") == (1 if serverless else 0) and ("serving-hpa.yaml" in err) == serverless
