@@ -278,3 +278,84 @@ def test_a_403_in_the_middle_of_a_push_leaves_no_partial_version(kind, tmp_path,
 def test_a_403_in_the_middle_of_a_push_says_access_was_denied(kind, tmp_path, monkeypatch):
     err, _, _, _ = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
     assert isinstance(err, storage.StorageError) and err.kind == retry.PERMISSION_DENIED, str(err)
+
+
+def _examples(out) -> dict:
+    """Each split's examples as sorted tuples of (feature, values): a tf.Example's features
+    are a protobuf map, whose serialised order is not fixed."""
+    import tensorflow as tf
+
+    splits = {}
+    for split in ("train", "eval"):
+        files = sorted(str(p) for p in out.glob(f"{split}/*.tfrecord.gz"))
+        rows = []
+        for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+            example = tf.train.Example.FromString(record.numpy())
+            rows.append(tuple(sorted((k, tuple(getattr(v, v.WhichOneof("kind")).value) if v.WhichOneof("kind") else ())
+                                     for k, v in example.features.feature.items())))
+        splits[split] = sorted(rows)
+    return splits
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_ingest_through_a_ten_percent_fault_rate_writes_the_same_examples(kind, tmp_path, monkeypatch, ingest):
+    """penguins as four CSV shards and a Parquet copy on the store: the ingest step reads
+    them through the faults and writes the examples (row for row, value for value) it
+    writes without faults, the same split and the same fingerprint."""
+    import pyarrow.csv as pacsv
+
+    from tests.test_bad_input import PENGUINS
+
+    table = pacsv.read_csv(PENGUINS, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i in range(12):
+        pacsv.write_csv(table.slice(i * 29, 29), shards / f"part-{i:02d}.csv")
+    args = ("species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"], ["island", "sex"])
+    with store_behind_proxy(kind, monkeypatch, seed=11) as (bucket, proxy):
+        storage.upload_tree(str(shards), f"{bucket}/penguins")
+        outputs = {}
+        for rate in (0.0, 0.10):
+            proxy.rate = rate
+            retry.reset_counts()
+            out = tmp_path / f"examples-{rate}"
+            manifest = ingest(f"{bucket}/penguins", str(out), *args, shard_rows=100)
+            outputs[rate] = (_examples(out), manifest["rows"], manifest["source_fingerprint"])
+        print(f"{kind}: {proxy.summary()}; retries {retry.retries()}")
+    assert outputs[0.10] == outputs[0.0] and sum(outputs[0.0][1].values()) == 344
+    failing = sum(n for k, n in proxy.injected.items() if k != "delay")
+    assert failing >= 2 and retry.retries() >= failing - proxy.injected["cut"]
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, tmp_path, monkeypatch):
+    """The trainer's backup is upload_tree(backup_dir, home, last=index) after each
+    checkpoint (components/train/runtime.py), its restore download_prefix: three
+    checkpoints, each replacing and dropping files, mirrored through the faults; the
+    restore holds exactly the last checkpoint, as without faults."""
+    import random
+    import shutil
+
+    rng = random.Random(5)
+    with store_behind_proxy(kind, monkeypatch, seed=5) as (bucket, proxy):
+        restored = {}
+        for rate in (0.0, 0.10):
+            proxy.rate = rate
+            retry.reset_counts()
+            local = tmp_path / f"backup-{rate}"
+            home = f"{bucket}/backup-{rate}"
+            rng.seed(5)
+            for step in range(3):
+                shutil.rmtree(local, ignore_errors=True)
+                local.mkdir()
+                for i in range(step, step + 8):  # each checkpoint drops the oldest shard, adds one
+                    (local / f"ckpt-{step}.data-{i:05d}").write_bytes(rng.randbytes(rng.choice([10, 40_000, 300_000])))
+                (local / "checkpoint").write_text(f"model_checkpoint_path: ckpt-{step}")
+                storage.upload_tree(str(local), home, last="checkpoint")
+            proxy.rate = 0.0
+            restored[rate] = read_back(home, tmp_path / f"restored-{rate}")
+            assert restored[rate] == {p.name: p.read_bytes() for p in local.iterdir()}
+        print(f"{kind}: {proxy.summary()}; retries {retry.retries()}")
+    assert restored[0.10] == restored[0.0]
+    failing = sum(n for k, n in proxy.injected.items() if k != "delay")
+    assert failing >= 2 and retry.retries() >= failing - proxy.injected["cut"]
