@@ -564,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(unset: no limit; 0: never borrows)")
     p.add_argument("--cohort", default="gpupipe-pool", help="with --tenant: the Kueue cohort that shares the pool")
     p.set_defaults(func=cmd_manifest)
+    from pipelines.pool import add_commands as add_pool_commands  # queue, usage: the GPU pool as Kueue sees it
+    add_pool_commands(sub)
     return parser
 
 
