@@ -316,3 +316,36 @@ def test_usage_refuses_a_period_it_cannot_read(tmp_path, capsys):
     assert gpupipe(capsys, "usage", "-A", "--since", "2026-12-05", "--until", "2026-12-01")[0:3:2] == (1, (
         "error: usage --since 2026-12-05: the period starts at 2026-12-05T00:00:00Z, not before its end "
         "2026-12-01T00:00:00Z; give an earlier --since or a later --until\n"))
+
+
+def _rbac(method: str, path: str) -> tuple:
+    """(API group, resource, verb) of one request, as the API server's request info names it."""
+    parts = path.split("?")[0].strip("/").split("/")
+    assert method == "GET" and parts[0] == "apis"
+    group, rest = parts[1], parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    if len(rest) == 3:  # <resource>/<name>/<subresource>
+        return group, f"{rest[0]}/{rest[2]}", "get"
+    return group, rest[0], "get" if len(rest) == 2 else "list"
+
+
+def test_the_role_in_the_docs_grants_exactly_what_the_commands_ask(tmp_path, capsys, config):
+    """Every request `queue` and `usage` send maps to an RBAC rule; docs/queue.md's Role
+    grants those and no more."""
+    import re
+
+    page = (ROOT / "docs" / "queue.md").read_text()
+    role = next(yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page, re.S)
+                if "kind: Role" in block)
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    with kueue_api() as (url, api):
+        ours = workload("gpupipe-train-1a2b3c4d", "team-a", conditions=pending())
+        api.add(ours, *two_teams())
+        api.queue("team-a", "gpus", "team-a", ours)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a")
+        assert gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig)[0] == 0
+        assert gpupipe(capsys, "usage", "--team", "team-a", "--kubeconfig", kubeconfig)[0] == 0
+    assert {_rbac(m, p) for m, p in api.requests} == granted == {
+        ("kueue.x-k8s.io", "workloads", "list"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}
