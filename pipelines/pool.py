@@ -500,7 +500,8 @@ def cmd_queue(args: argparse.Namespace) -> int:
     conn = connect(args.kubeconfig, args.context)
     namespace = args.namespace or conn.namespace or "default"
     workloads = [w for w in list_workloads(conn, namespace) if is_gpupipe_workload(w, queue, config.name)]
-    positions, note = pending_positions(conn, namespace, queue) if workloads else ({}, "")
+    waiting = [w for w in workloads if workload_state(w)[0] in ("pending", "evicted")]
+    positions, note = pending_positions(conn, namespace, queue) if waiting else ({}, "")
     rows = queue_rows(workloads, positions, resource)
     if args.json:
         print(json.dumps({"pipeline": config.name, "namespace": namespace, "queue": queue, "workloads": rows,

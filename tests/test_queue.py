@@ -125,6 +125,18 @@ def test_an_admitted_workload_shows_its_spot_flavor(tmp_path, capsys, config):
     assert rows[1]["owner"].startswith("Pod/ctr-")
 
 
+def test_with_nothing_waiting_the_visibility_api_is_not_asked(tmp_path, capsys, config):
+    running = workload("gpupipe-train-5e6f7a8b", "team-a", conditions=admitted("2026-12-01T09:00:00Z"),
+                       admitted_in="team-a", flavor="gpupipe-on-demand")
+    with kueue_api() as (url, api):
+        api.add(running)  # Kueue knows no LocalQueue here: asking would answer 404 and a needless note
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a")
+        code, out, err = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert len(out.splitlines()) == 4 and "note:" not in out
+    assert [p.split("?")[0] for _, p in api.requests] == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads"]
+
+
 def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, config):
     """As Kueue leaves it once the JobSet is stopped: Evicted and Preempted True, Requeued,
     its quota released (QuotaReserved False with the eviction's message), back in the queue."""
