@@ -108,7 +108,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.data_source is not None:
         overrides["data_source"] = args.data_source
     summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides, quiet=args.quiet,
-                        warm=False if args.cold else None)
+                        warm=False if args.cold else None, cache=not args.no_cache)
+    print(summary.render())
+    return 0 if summary.ok else 1
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from pipelines.local_run import resume_local
+
+    summary = resume_local(args.run_dir, quiet=args.quiet, warm=False if args.cold else None)
     print(summary.render())
     return 0 if summary.ok else 1
 
@@ -441,7 +449,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold", action="store_true", help="start every task in a new Python, as a pod does (default: "
                                                        "tasks fork from one process that imported their libraries; "
                                                        "GPUPIPE_WARM_START=0 does the same)")
+    p.add_argument("--no-cache", action="store_true", help="run every step, reusing no earlier run's outputs "
+                                                           "(default: ingest, validate, train and evaluate reuse those "
+                                                           "of a run with the same inputs, as KFP's cache does)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="run a local run again with its own config and parameters: what finished is "
+                                      "reused, the failed step and those after it run")
+    p.add_argument("run_dir", help="the run's folder, runs/<pipeline>-<time>")
+    p.add_argument("--quiet", action="store_true", help="print the summary only")
+    p.add_argument("--cold", action="store_true", help="start every task in a new Python, as a pod does")
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("schema", help="infer the data's schema and write it next to the config for review")
     p.add_argument("config")

@@ -227,11 +227,13 @@ def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_
     validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
 
     launch = launch_json(config)
+    # Cached: the key is the examples (ingest's, cached by the data's fingerprint), the settings,
+    # the run parameters and the image (its tag carries the commit). It runs after validate,
+    # which stops the run on bad data, but takes nothing from it.
     train_task = train_op(
-        examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-        columns=columns, settings=training.model_dump_json(), launch=launch, epochs=epochs,
-        learning_rate=learning_rate)
-    train_task.set_display_name("Train model").set_caching_options(False)
+        examples=ingest_task.outputs["examples"], columns=columns, settings=training.model_dump_json(),
+        launch=launch, epochs=epochs, learning_rate=learning_rate).after(validate_task)
+    train_task.set_display_name("Train model").set_caching_options(True)
     train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
                          backoff_factor=2.0)
     if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
@@ -241,8 +243,9 @@ def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_
     evaluate_task = evaluate_op(
         model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],
         settings=config.evaluation.model_dump_json(), threshold=eval_threshold, serving_base=serving_base,
-        model_name=serving.model_name)
-    evaluate_task.set_display_name("Evaluate model").set_caching_options(False)
+        model_name=serving.model_name, served_version=fingerprint_task.outputs["served"])
+    # Cached while the model, the examples, the settings and the served version are unchanged.
+    evaluate_task.set_display_name("Evaluate model").set_caching_options(True)
 
     push_task = push_op(
         model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],

@@ -24,6 +24,7 @@ from components.sources.synthetic import is_synthetic
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
 from pipelines.reports import REPORT_OUTPUT
+from pipelines.task_cache import HIT, TaskCache, caching_tasks, saved_seconds
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '?([\w-]+)'?")
@@ -32,6 +33,8 @@ STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names 
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/runtime.py: Progress)
 _EPOCH = re.compile(r"epoch (\d+)/(\d+)")
+CACHED = "CACHED"  # a step whose outputs an earlier run with the same inputs made (pipelines/task_cache.py)
+RUN_FILE = "gpupipe-run.json"  # in each run's folder: its config and parameters (gpupipe resume)
 
 
 @dataclass
@@ -56,16 +59,24 @@ class RunSummary:
     report: Optional[str] = None  # the run report's page, beside the run
     errors: List[str] = field(default_factory=list)
     notified: Optional[str] = None  # what notify.webhook_url was told, or why not
+    saved: Dict[str, float] = field(default_factory=dict)  # reused tasks: what their first run took
 
     @property
     def ok(self) -> bool:
         return self.status == "SUCCESS"
+
+    @property
+    def cached(self) -> List[str]:
+        return [s.name for s in self.steps if s.status == CACHED]
 
     def render(self) -> str:
         lines = [f"gpupipe run {self.pipeline}: {self.status} in {self.seconds:.1f}s"]
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
             lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
+        if self.cached:
+            lines.append(f"  cached: {', '.join(self.cached)} reused from an earlier run with the same inputs "
+                         f"(saved {sum(self.saved.values()):.1f}s; --no-cache runs them)")
         if self.ingest and self.ingest.get("rows_dropped_missing_label"):
             dropped, label = self.ingest["rows_dropped_missing_label"], self.ingest.get("label", "label")
             label = self.ingest.get("columns", {}).get(label, label)  # as the data names it
@@ -121,6 +132,7 @@ class _ProgressTee(io.TextIOBase):
         self._running: Optional[str] = None
         self._progress_shown = 0.0
         self._progress_open = False  # a progress line waits for its newline (terminal)
+        self.saved: Dict[str, float] = {}  # reused tasks: the seconds their first run took
 
     def writable(self) -> bool:
         return True
@@ -168,9 +180,13 @@ class _ProgressTee(io.TextIOBase):
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
             self._say(f"  {name:<{STEP_COLUMN}} running ...")
+        elif HIT in line:
+            self.saved.update(saved_seconds(line))
         elif m := _END.search(line):
             name, status = m.group(1), m.group(2)
             self._running = None
+            if name in self.saved and status == "SUCCESS":
+                status = CACHED
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
@@ -203,11 +219,15 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
-              console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None) -> RunSummary:
+              console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None,
+              cache: bool = True) -> RunSummary:
     """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
     returns the summary. Raises GpupipeError for input problems found before the run.
     `warm` (default: unless GPUPIPE_WARM_START=0): tasks start as forks of a process that
-    has imported their libraries (pipelines/warm.py), the same command in a warm process."""
+    has imported their libraries (pipelines/warm.py), the same command in a warm process.
+    `cache`: ingest, validate, train and evaluate reuse the outputs of an earlier run with the
+    same inputs, as KFP's cache does on the cluster (pipelines/task_cache.py); False reuses
+    nothing (what runs is still stored)."""
     from pipelines.warm import enabled, warm_tasks
 
     warm = enabled() if warm is None else warm
@@ -250,7 +270,8 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
             warnings.simplefilter("ignore")
             tee = _ProgressTee(log, console, steps, quiet)
             with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee), \
-                    (warm_tasks() if warm else contextlib.nullcontext()):
+                    (warm_tasks() if warm else contextlib.nullcontext()), \
+                    caching_tasks(TaskCache(str(pipeline_root / ".cache"), reuse=cache)):
                 pipeline(**params)
     finally:
         for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):
@@ -267,13 +288,16 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if run_dir is not None:
         final_log = run_dir / "run.log"
         os.replace(log_path, final_log)
-    status = "SUCCESS" if all(s.status == "SUCCESS" for s in steps.values()) else "FAILURE"
+    status = "SUCCESS" if all(s.status in ("SUCCESS", CACHED) for s in steps.values()) else "FAILURE"
     failed = [s.name for s in steps.values() if s.status == "FAILURE"]
     if status != "SUCCESS" and not errors:
         errors = [f"step {', '.join(failed) or '?'} failed; see the full log"]
     summary = RunSummary(pipeline=config.name, status=status, seconds=seconds, steps=list(steps.values()),
-                         run_dir=str(run_dir) if run_dir else None, log_file=str(final_log), errors=errors)
+                         run_dir=str(run_dir) if run_dir else None, log_file=str(final_log), errors=errors,
+                         saved=tee.saved)
     if run_dir is not None:
+        (run_dir / RUN_FILE).write_text(json.dumps({"config": config.model_dump(mode="json", exclude_unset=True),
+                                                    "parameters": params}, indent=2), encoding="utf-8")
         summary.blessing = _read_json(run_dir / names.EVALUATE / "blessing" / names.BLESSING_FILE)
         summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
         summary.validation = _read_json(run_dir / names.VALIDATE / "anomalies" / "validation.json")
@@ -289,6 +313,23 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if config.notify.webhook_url:
         summary.notified = notify_outcome(config, summary)
     return summary
+
+
+def resume_local(run_dir: str, console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None,
+                 cache: bool = True) -> RunSummary:
+    """Runs a local run again with its own config and parameters (its RUN_FILE), into the same
+    runs folder: the tasks that finished are reused from the cache, the failed one and those
+    after it run."""
+    from pipelines.config import parse_config
+
+    record = Path(run_dir) / RUN_FILE
+    if not record.is_file():
+        raise GpupipeError(f"{run_dir}: no {RUN_FILE} here; give the folder of a local run (runs/<pipeline>-<time>), "
+                           "as `gpupipe run` prints it")
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    config = parse_config(saved["config"], origin=str(record))
+    return run_local(config, runs_dir=str(Path(run_dir).resolve().parent), overrides=saved["parameters"],
+                     console=console, quiet=quiet, warm=warm, cache=cache)
 
 
 def notify_outcome(config: PipelineConfig, summary: RunSummary) -> str:

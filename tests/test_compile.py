@@ -54,8 +54,10 @@ def test_trainer_requests_the_configured_accelerator(penguins_docs):
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
     assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
     assert k8s["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
-    # Node-local scratch for the disk input cache, sized by training.disk_cache_budget_mb.
-    assert k8s["emptyDirMounts"] == [{"mountPath": "/gpupipe-scratch", "sizeLimit": "20480Mi",
+    # /tmp on an emptyDir (the workers' root filesystem is read-only), and node-local scratch for
+    # the disk input cache, sized by training.disk_cache_budget_mb.
+    assert k8s["emptyDirMounts"] == [{"mountPath": "/tmp", "sizeLimit": "20Gi", "volumeName": "tmp"},
+                                     {"mountPath": "/gpupipe-scratch", "sizeLimit": "20480Mi",
                                       "volumeName": "gpupipe-scratch"}]
     assert {"name": "GPUPIPE_SCRATCH_DIR", "value": "/gpupipe-scratch"} in train["env"]
     for other in ("exec-ingest", "exec-validate", "exec-evaluate", "exec-push"):

@@ -29,8 +29,14 @@ def split_files(examples_dir: str, split: str, required: bool = True) -> List[st
     return files
 
 
+def ingest_statistics_dir(examples_dir: str) -> str:
+    """The statistics ingest computed while it held the data (one dataset per split), inside
+    the examples artifact: what train normalises and builds vocabularies from."""
+    return storage.join(examples_dir, "statistics")
+
+
 def ingest_statistics_path(examples_dir: str) -> str:
-    return storage.join(examples_dir, "statistics", names.STATS_FILE)
+    return storage.join(ingest_statistics_dir(examples_dir), names.STATS_FILE)
 
 
 def manifest_path(examples_dir: str) -> str:

@@ -4,12 +4,14 @@ from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Markdown, M
 
 
 def evaluate(model: Input[Model], examples: Input[Dataset], settings: str, threshold: float, serving_base: str,
-             model_name: str, metrics: Output[Metrics], confusion: Output[ClassificationMetrics],
+             model_name: str, served_version: str, metrics: Output[Metrics], confusion: Output[ClassificationMetrics],
              report: Output[Markdown], blessing: Output[Artifact]):
     """Scores the model and the model now served on the eval split: Metrics, a confusion
     matrix (and ROC curve for two classes), a Markdown report with slices, and a blessing
     (value thresholds, and change thresholds against the served version). `settings`: the
-    config's evaluation section as JSON; `threshold` (a run parameter) replaces its own."""
+    config's evaluation section as JSON; `threshold` (a run parameter) replaces its own.
+    `served_version` (from the fingerprint step) is in the cache key: after a push, the same
+    model is evaluated again against the new served version."""
     from components.evaluate.logic import run_evaluate
     from components.evaluate.settings import EvaluationSettings
 
@@ -24,7 +26,8 @@ def evaluate(model: Input[Model], examples: Input[Dataset], settings: str, thres
     if evaluation.roc:
         confusion.log_roc_curve(evaluation.roc["fpr"], evaluation.roc["tpr"], evaluation.roc["thresholds"])
     blessing.metadata.update({"blessed": verdict.blessed, "reasons": verdict.reasons,
-                              "baseline_version": verdict.baseline_version})
+                              "baseline_version": verdict.baseline_version,
+                              "served_version_at_fingerprint": served_version})
 
 
 def make_evaluate_op(image: str):
