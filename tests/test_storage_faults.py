@@ -359,3 +359,45 @@ def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, t
     assert restored[0.10] == restored[0.0]
     failing = sum(n for k, n in proxy.injected.items() if k != "delay")
     assert failing >= 2 and retry.retries() >= failing - proxy.injected["cut"]
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_read_refused_in_the_middle_of_a_file_is_one_line_from_the_reader(kind, tmp_path, monkeypatch):
+    """The data source's reader (Arrow reading through the storage layer's stream) meets a
+    403 on its third range: the StorageError comes through Arrow, one line, the file named."""
+    import pyarrow as pa
+
+    from components.sources import readers
+
+    big = tmp_path / "big.csv"
+    big.write_text("a,b\n" + "".join(f"{i},x{i}\n" for i in range(400_000)))  # 6 MB: several ranges
+    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+        storage.upload_file(str(big), f"{bucket}/data/big.csv")
+        (source,) = readers.resolve(f"{bucket}/data/big.csv")
+        proxy.schedule("403", nth=3, methods=("GET",), sticky=True)
+        with pytest.raises(storage.StorageError) as err:
+            sum(b.num_rows for b in readers.read_batches(source, {"a": pa.float32(), "b": pa.string()}))
+    message = str(err.value)
+    assert err.value.kind == retry.PERMISSION_DENIED and "\n" not in message
+    assert message.startswith(f"{bucket}/data/big.csv: "), message
+    if kind == "gcs":
+        assert message == (f"{bucket}/data/big.csv: permission denied (gpupipe-test@example.iam.gserviceaccount.com "
+                           "does not have storage.objects.get access to the Google Cloud Storage object.); grant the "
+                           "credentials' service account roles/storage.objectAdmin on bucket gpupipe-test "
+                           "(roles/storage.objectViewer where it only reads)")
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_credentials_the_server_refuses_are_one_line_naming_the_keys(kind, monkeypatch):
+    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+        proxy.schedule("refused", nth=1, methods=("GET",), sticky=True)
+        with pytest.raises(storage.StorageError) as err:
+            storage.read_bytes(f"{bucket}/serving/m/versions.json")
+    message = str(err.value)
+    assert err.value.kind == retry.CREDENTIALS_REFUSED and "\n" not in message, message
+    if kind == "gcs":  # the emulator's client is anonymous (a key file refused: tests/test_credentials.py)
+        assert message.startswith(f"{bucket}/serving/m/versions.json: the Google credentials were refused ("), message
+    else:
+        assert message.startswith(f"{bucket}/serving/m/versions.json: {proxy.url} refused the S3 credentials "
+                                  "(InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our "
+                                  "records.); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), message

@@ -75,7 +75,7 @@ def _fault(err) -> str:
     from google.api_core.exceptions import GoogleAPICallError
 
     if isinstance(err, GoogleAPICallError):
-        return f"HTTP {err.code} ({retry.short(err.message, 100)})"
+        return f"HTTP {err.code} ({retry.short(_reason(err), 100)})"
     return retry.connection_reason(err)
 
 
@@ -202,8 +202,29 @@ def _endpoint() -> str:
 
 
 def _reason(err) -> str:
+    """The server's own words: api-core prefixes them with "GET <url>: ", and a media
+    operation's are a JSON body whose error.message is what GCS said."""
+    import json
+    import re
+
     message = getattr(err, "message", None) or (err.args[0] if err.args and isinstance(err.args[0], str) else str(err))
+    said = re.match(r"^[A-Z]+ \S+: (.*)$", message, re.S)
+    if said:
+        message = said.group(1)
+    if message.startswith("{"):
+        try:
+            message = json.JSONDecoder().raw_decode(message)[0].get("error", {}).get("message") or message
+        except (ValueError, AttributeError):
+            pass
     return retry.short(message)
+
+
+def _bucket_exists(bucket: str, uri: str) -> bool:
+    """On a 404 that does not say which: is it the bucket? (True when that cannot be told.)"""
+    try:
+        return client().lookup_bucket(bucket, **_kw(uri)) is not None
+    except Exception:  # noqa: BLE001 (the 404 is the error to report, not this look-up's)
+        return True
 
 
 def classify(err: BaseException, uri: str) -> Optional[StorageError]:
@@ -215,6 +236,11 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
 
     bucket = uri.split("://", 1)[-1].split("/", 1)[0]
     after = retry.tries_so_far()
+    if isinstance(err, auth.InvalidOperation):  # the server answered 401 to anonymous (emulator) credentials
+        return StorageError(retry.CREDENTIALS_REFUSED, uri, (
+            f"{uri}: the Google credentials were refused ({_endpoint()} wants credentials, and {EMULATOR_ENV} "
+            f"makes the client anonymous); unset {EMULATOR_ENV} and set {CREDENTIALS_ENV} to a service-account key "
+            "file"))
     if isinstance(err, auth.DefaultCredentialsError):
         return StorageError(retry.CREDENTIALS_MISSING, uri, (
             f"{uri}: no Google credentials found; set {CREDENTIALS_ENV} to a service-account key file (on a "
@@ -230,7 +256,7 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
             f"{uri}: permission denied ({_reason(err)}); grant the credentials' service account "
             f"roles/storage.objectAdmin on bucket {bucket} (roles/storage.objectViewer where it only reads)"))
     if isinstance(err, api.NotFound):
-        if "bucket" in _reason(err).lower():
+        if "bucket" in _reason(err).lower() or not _bucket_exists(bucket, uri):
             return StorageError(retry.NOT_FOUND, uri, (
                 f"{uri}: bucket {bucket} does not exist; fix the bucket name, or create the bucket"))
         return StorageError(retry.NOT_FOUND, uri, f"{uri}: no such object; fix the object name")
