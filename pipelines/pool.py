@@ -116,7 +116,7 @@ def _pod_namespace() -> str:
         return ""
 
 
-def _api_error(conn: Connection, what: str, err: Exception) -> GpupipeError:
+def _api_error(conn: Connection, what: str, err: Exception, scope: str = "in that namespace (a Role)") -> GpupipeError:
     """One line for a failed request: unreachable, refused (RBAC), not served (no Kueue)."""
     from kubernetes.client.exceptions import ApiException
 
@@ -128,8 +128,8 @@ def _api_error(conn: Connection, what: str, err: Exception) -> GpupipeError:
             message = err.reason or ""
         if status in (401, 403):
             return GpupipeError(f"{conn.where}: the Kubernetes API at {conn.server} refused to {what} ({status}: "
-                                f"{message}); ask the cluster's administrator for get and list on "
-                                f"workloads.kueue.x-k8s.io in that namespace ({DOCS}), or use a context that has them")
+                                f"{message}); ask the cluster's administrator for list on "
+                                f"workloads.kueue.x-k8s.io {scope} ({DOCS}), or use a context that has it")
         if status == 404:
             return GpupipeError(f"{conn.where}: the Kubernetes API at {conn.server} does not serve "
                                 f"{KUEUE_GROUP}/{KUEUE_VERSION} workloads (404: {message}); install Kueue on that "
@@ -175,7 +175,8 @@ def list_workloads(conn: Connection, namespace: Optional[str]) -> List[dict]:
             else:
                 page = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, **kwargs)
         except _transport_errors() as err:
-            raise _api_error(conn, f"list workloads in {where}", err) from None
+            raise _api_error(conn, f"list workloads in {where}", err,
+                             "in that namespace (a Role)" if namespace else "cluster-wide (a ClusterRole)") from None
         items += page.get("items") or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:

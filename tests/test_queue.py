@@ -315,11 +315,17 @@ def test_a_refused_list_names_the_rbac_it_needs(tmp_path, capsys, config):
         api.forbidden.add("team-a")
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
         code, _, err = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig, "--namespace", "team-a")
-    assert code == 1 and err.splitlines() == [
+        code_all, _, err_all = gpupipe(capsys, "usage", "-A", "--kubeconfig", kubeconfig)
+    assert code == 1 and code_all == 1 and err.splitlines() == [
         f"error: kubeconfig {kubeconfig}, context fixture: the Kubernetes API at {url} refused to list workloads in "
         "namespace team-a (403: workloads.kueue.x-k8s.io is forbidden: User \"u\" cannot list resource \"workloads\" "
-        "in API group \"kueue.x-k8s.io\" in the namespace \"team-a\"); ask the cluster's administrator for get and "
-        "list on workloads.kueue.x-k8s.io in that namespace (docs/queue.md), or use a context that has them"]
+        "in API group \"kueue.x-k8s.io\" in the namespace \"team-a\"); ask the cluster's administrator for list on "
+        "workloads.kueue.x-k8s.io in that namespace (a Role) (docs/queue.md), or use a context that has it"]
+    assert err_all.splitlines() == [
+        f"error: kubeconfig {kubeconfig}, context fixture: the Kubernetes API at {url} refused to list workloads in "
+        "all namespaces (403: workloads.kueue.x-k8s.io is forbidden: User \"u\" cannot list resource \"workloads\" "
+        "in API group \"kueue.x-k8s.io\" at the cluster scope); ask the cluster's administrator for list on "
+        "workloads.kueue.x-k8s.io cluster-wide (a ClusterRole) (docs/queue.md), or use a context that has it"]
 
 
 def test_usage_refuses_a_period_it_cannot_read(tmp_path, capsys):
