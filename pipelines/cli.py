@@ -584,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_manifest)
     from pipelines.pool import add_commands as add_pool_commands  # queue, usage: the GPU pool as Kueue sees it
     add_pool_commands(sub)
+    from pipelines.doctor import add_command as add_doctor_command  # doctor: before the first run
+    add_doctor_command(sub)
     return parser
 
 

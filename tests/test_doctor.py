@@ -1,0 +1,301 @@
+"""`gpupipe doctor` (issue #26, acceptance 4) against a Kubernetes API FIXTURE
+(tests/fixtures/cluster_api.py: CRDs, Kueue queues, Secrets and access reviews on loopback,
+shaped as the API server returns them) and a KFP API FIXTURE (tests/fixtures/kfp_api.py),
+both reached through the real `kubernetes` and KFP clients from a kubeconfig written here.
+No cluster runs on these machines."""
+import os
+from unittest import mock
+
+import pytest
+import yaml
+from pathlib import Path
+
+from pipelines.cli import main
+from tests.fixtures.cluster_api import (JOBSET_CRD, KSERVE_CRD, KUEUE_CRDS, TFJOB_CRD, cluster_api, cluster_queue,
+                                        local_queue, secret, write_kubeconfig)
+from tests.fixtures.gcs import free_port
+from tests.fixtures.kfp_api import KfpApiFixture
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+NS = "team-a"
+RUNNER = f"system:serviceaccount:{NS}:default-editor"  # the pipeline's ServiceAccount in a Kubeflow profile
+SECRETS = ("gpupipe-gcs-key", "gpupipe-registry", "gpupipe-minio", "gpupipe-webhook")
+VERBS = ("create", "get", "delete")
+
+
+@pytest.fixture
+def config(tmp_path) -> str:
+    """configs/ctr.yaml (two workers, a JobSet) queued in gpus, with every Secret a config can name."""
+    data = yaml.safe_load((ROOT / "configs" / "ctr.yaml").read_text())
+    data["cluster"].update(queue="gpus")
+    data["storage"] = {"s3": {"endpoint": "http://minio.minio:9000", "credentials_secret": "gpupipe-minio"}}
+    data["notify"] = {"webhook_secret": "gpupipe-webhook"}
+    path = tmp_path / "ctr.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def complete(state, token: str = "runner-token", user: str = RUNNER) -> None:
+    """Everything the config needs, with the caller being the pipeline's ServiceAccount."""
+    state.add_crds(JOBSET_CRD, TFJOB_CRD, *KUEUE_CRDS, KSERVE_CRD)
+    state.add(local_queue(NS, "gpus", NS), cluster_queue(NS))
+    state.add(*(secret(NS, name) for name in SECRETS if name != "gpupipe-registry"),
+              secret(NS, "gpupipe-registry", "kubernetes.io/dockerconfigjson", {".dockerconfigjson": "e30="}))
+    state.user(token, user, ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"])
+    state.grant(user, NS, "jobset.x-k8s.io", "jobsets", *VERBS)
+    state.grant(user, NS, "", "secrets", "get")
+
+
+@pytest.fixture
+def kfp():
+    with KfpApiFixture() as server:
+        yield server
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with cluster_api() as (url, state):
+        complete(state)
+        yield url, state, write_kubeconfig(tmp_path / "kubeconfig", url, "runner-token", namespace=NS)
+
+
+def doctor(capsys, config, kfp_url, kubeconfig, *extra):
+    with mock.patch.dict(os.environ, {k: v for k, v in os.environ.items()
+                                      if not k.startswith(("KFP_", "KUBECONFIG", "KUBERNETES_"))}, clear=True):
+        code = main(["doctor", config, "--host", kfp_url, "--kubeconfig", kubeconfig, *extra])
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert all(line.startswith(("ok: ", "error: ")) for line in lines), out
+    return code, lines, err
+
+
+def errors(lines):
+    return [line for line in lines if line.startswith("error: ")]
+
+
+def test_a_complete_cluster_passes_every_check(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    code, lines, err = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 0, lines
+    assert err == ""
+    assert [line.split(" ")[1] for line in lines] == [
+        "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Secret", "image", "Secret", "Secret", "RBAC"]
+    assert f"backend 2.5.0" in lines[0]
+    assert f"as {RUNNER}; the run's namespace {NS}" in lines[1]  # the context's namespace
+    assert "workloads.kueue.x-k8s.io, localqueues.kueue.x-k8s.io, clusterqueues.kueue.x-k8s.io" in lines[3]
+    assert lines[5] == f"ok: LocalQueue {NS}/gpus (cluster.queue), ClusterQueue {NS}"
+    assert lines[7] == f"ok: image pull Secret gpupipe-registry (cluster.image_pull_secrets) in {NS}"
+    assert lines[-1] == (f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete "
+                         f"jobsets.jobset.x-k8s.io in {NS}")
+    # Secrets asked for as metadata only: no answer carried their data
+    secret_requests = [r for r in state.requests if "/secrets/" in r[1]]
+    assert len(secret_requests) == 4 and all("as=PartialObjectMetadata" in r[2] for r in secret_requests)
+    assert state.secret_data_sent == 0
+    assert {(r["verb"], r["resource"], r["namespace"]) for r in state.reviews} == {
+        (v, "jobsets", NS) for v in VERBS}
+
+
+def test_no_jobset_crd_is_one_error(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    del state.crds["jobsets.jobset.x-k8s.io"]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.workers 2, training.launcher jobset): "
+        "install JobSet: kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
+
+
+def test_a_tfjob_config_needs_the_tfjob_crd_and_its_verbs(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    data = yaml.safe_load(Path(config).read_text())
+    data["training"]["launcher"] = "tfjob"
+    Path(config).write_text(yaml.safe_dump(data))
+    del state.crds["tfjobs.kubeflow.org"]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    found = errors(lines)
+    assert len(found) == 2
+    assert found[0].startswith("error: TFJob CRD tfjobs.kubeflow.org is not installed (training.workers 2, "
+                               "training.launcher tfjob): install the training-operator")
+    assert found[1].startswith(f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not create, get, delete "
+                               f"tfjobs.kubeflow.org in {NS}")
+    assert not any("JobSet" in line for line in lines)
+
+
+def test_a_crd_without_the_version_gpupipe_writes_is_refused(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    old = dict(JOBSET_CRD, spec={**JOBSET_CRD["spec"], "versions": [
+        {**JOBSET_CRD["spec"]["versions"][0], "name": "v1alpha1"}]})
+    state.add_crds(old)
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        "error: JobSet CRD jobsets.jobset.x-k8s.io does not serve v1alpha2, the version gpupipe writes (it serves "
+        "v1alpha1): upgrade to JobSet: kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
+
+
+def test_no_local_queue_is_one_error(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    del state.objects[("kueue.x-k8s.io", "localqueues", NS, "gpus")]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        f"error: LocalQueue gpus (cluster.queue) is not in namespace {NS}: gpupipe manifest {config} --tenant {NS} "
+        f"--gpu-quota N | kubectl apply -f - (docs/gpu-pool.md), or set cluster.queue to a LocalQueue of that "
+        f"namespace (kubectl -n {NS} get localqueues)"]
+
+
+def test_a_local_queue_without_its_cluster_queue_is_one_error(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    del state.objects[("kueue.x-k8s.io", "clusterqueues", "", NS)]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        f"error: LocalQueue {NS}/gpus points at ClusterQueue {NS}, which does not exist, so Kueue admits nothing "
+        f"from it: gpupipe manifest {config} --tenant {NS} --gpu-quota N | kubectl apply -f - (docs/gpu-pool.md)"]
+
+
+def test_no_kueue_is_one_error_and_no_queue_lookup(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    for name in ("workloads", "localqueues", "clusterqueues"):
+        del state.crds[f"{name}.kueue.x-k8s.io"]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    found = errors(lines)
+    assert len(found) == 1 and found[0].startswith(
+        "error: Kueue CRD workloads.kueue.x-k8s.io is not installed (cluster.queue gpus): install Kueue: ")
+    assert not any("localqueues/" in path for _, path, _ in state.requests)
+
+
+@pytest.mark.parametrize("name, line", [
+    ("gpupipe-gcs-key", f"error: Secret gpupipe-gcs-key (cluster.gcs_credentials_secret) is not in namespace {NS}: "
+                        f"kubectl -n {NS} create secret generic gpupipe-gcs-key --from-file=key.json=sa-key.json"),
+    ("gpupipe-registry", f"error: image pull Secret gpupipe-registry (cluster.image_pull_secrets) is not in namespace "
+                         f"{NS}: kubectl -n {NS} create secret docker-registry gpupipe-registry "
+                         "--docker-server=ghcr.io --docker-username=USER --docker-password=TOKEN"),
+    ("gpupipe-minio", f"error: Secret gpupipe-minio (storage.s3.credentials_secret) is not in namespace {NS}: "
+                      f"kubectl -n {NS} create secret generic gpupipe-minio --from-literal=AWS_ACCESS_KEY_ID=ACCESS_KEY "
+                      "--from-literal=AWS_SECRET_ACCESS_KEY=SECRET_KEY"),
+    ("gpupipe-webhook", f"error: Secret gpupipe-webhook (notify.webhook_secret) is not in namespace {NS}: "
+                        f"kubectl -n {NS} create secret generic gpupipe-webhook "
+                        "--from-literal=url=https://hooks.slack.com/services/..."),
+])
+def test_a_missing_secret_is_one_error(capsys, config, kfp, cluster, name, line):
+    url, state, kubeconfig = cluster
+    del state.secrets[(NS, name)]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [line]
+
+
+def test_the_service_account_that_cannot_delete_jobsets_is_one_error(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    state.revoke(RUNNER, NS, "jobset.x-k8s.io", "jobsets", "delete")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not delete jobsets.jobset.x-k8s.io in {NS}, which "
+        f"the train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        "default-editor | kubectl apply -f -"]
+
+
+def test_as_a_user_it_names_the_identity_and_checks_the_service_account(capsys, config, kfp, cluster, tmp_path):
+    """Run as a person: the SelfSubjectAccessReview says whose rights it checked; --service-account
+    asks a SubjectAccessReview for the pipeline's ServiceAccount, which here may not delete."""
+    url, state, _ = cluster
+    state.user("alice-token", "alice@example.com")
+    state.grant("alice@example.com", NS, "jobset.x-k8s.io", "jobsets", *VERBS)
+    state.grant("alice@example.com", NS, "", "secrets", "get")
+    state.grant("alice@example.com", "", "authorization.k8s.io", "subjectaccessreviews", "create")
+    state.revoke(RUNNER, NS, "jobset.x-k8s.io", "jobsets", "delete")
+    kubeconfig = write_kubeconfig(tmp_path / "alice", url, "alice-token")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig, "--namespace", NS, "--service-account",
+                            "default-editor")
+    assert code == 1
+    assert "ok: RBAC as alice@example.com (SelfSubjectAccessReview): may create, get, delete" in "\n".join(lines)
+    assert errors(lines) == [
+        f"error: RBAC as {RUNNER} (SubjectAccessReview): may not delete jobsets.jobset.x-k8s.io in {NS}, which the "
+        f"train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        "default-editor | kubectl apply -f -"]
+    assert {r["user"] for r in state.reviews if r["kind"] == "SubjectAccessReview"} == {RUNNER}
+
+
+def test_a_person_without_the_verbs_is_told_to_check_the_service_account(capsys, config, kfp, cluster, tmp_path):
+    url, state, _ = cluster
+    state.user("bob-token", "bob@example.com")
+    state.grant("bob@example.com", NS, "", "secrets", "get")
+    kubeconfig = write_kubeconfig(tmp_path / "bob", url, "bob-token", namespace=NS)
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    (line,) = errors(lines)
+    assert line.startswith("error: RBAC as bob@example.com (SelfSubjectAccessReview): may not create, get, delete")
+    assert line.endswith("this checked your own identity: pass --service-account SA to check the pipeline's")
+
+
+def test_kfp_2_4_is_one_error(capsys, config, cluster):
+    url, state, kubeconfig = cluster
+    with KfpApiFixture(version="2.4.0") as old:
+        code, lines, _ = doctor(capsys, config, old.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        f"error: KFP: --host {old.url}: KFP backend 2.4.0 is older than 2.5.0, which gpupipe's pipelines need "
+        "(kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines #11935); upgrade Kubeflow Pipelines to "
+        "2.5.0 or later"]
+
+
+def test_unreachable_apis_are_one_line_each(capsys, config, tmp_path):
+    closed = f"http://127.0.0.1:{free_port()}"
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", closed, "runner-token")
+    code, lines, err = doctor(capsys, config, closed, kubeconfig)
+    assert code == 1
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"error: KFP: --host {closed}: cannot reach the KFP API (")
+    assert lines[1].startswith(f"error: Kubernetes API at {closed} (kubeconfig {kubeconfig}, context fixture): "
+                               "unreachable (connection refused); check that the context names the cluster")
+    assert "Traceback" not in err
+
+
+def test_serving_with_tf_serving_needs_no_kserve(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    del state.crds["inferenceservices.serving.kserve.io"]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1 and errors(lines)[0].startswith("error: KServe CRD inferenceservices.serving.kserve.io is not "
+                                                     "installed")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig, "--serving", "tfserving")
+    assert code == 0 and not any("KServe" in line for line in lines)
+
+
+def _penguins(tmp_path, **training) -> str:
+    data = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    data["training"].update(training)
+    path = tmp_path / "penguins.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_training_in_the_task_pod_needs_no_launcher(capsys, kfp, cluster, tmp_path):
+    """configs/penguins.yaml on CPUs trains in the task's own pod: no JobSet, no queue, no RBAC check."""
+    url, state, kubeconfig = cluster
+    state.crds.clear()
+    code, lines, _ = doctor(capsys, _penguins(tmp_path, gpus=0, accelerator=None), kfp.url, kubeconfig, "--serving", "none")
+    assert code == 0, lines
+    assert [line.split(" ")[1] for line in lines] == ["KFP", "Kubernetes", "Secret", "image"]
+    assert not [r for r in state.requests if "customresourcedefinitions" in r[1] or "accessreviews" in r[1]]
+
+
+@pytest.mark.skipif(not hasattr(__import__("pipelines.factory").factory, "launched"),
+                    reason="the compiled pipeline launches a job only for more than one worker")
+def test_one_gpu_worker_runs_as_a_jobset(capsys, kfp, cluster, tmp_path):
+    """GPU training on one worker is a JobSet too (pipelines/factory.py launched): its CRD and verbs."""
+    url, state, kubeconfig = cluster
+    del state.crds["jobsets.jobset.x-k8s.io"]
+    code, lines, _ = doctor(capsys, _penguins(tmp_path, gpus=1), kfp.url, kubeconfig, "--serving", "none")
+    assert code == 1
+    assert errors(lines) == [
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.workers 1, training.launcher jobset): "
+        "install JobSet: kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
+    assert lines[-1].startswith(f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete jobsets")
