@@ -401,3 +401,29 @@ def test_credentials_the_server_refuses_are_one_line_naming_the_keys(kind, monke
         assert message.startswith(f"{bucket}/serving/m/versions.json: {proxy.url} refused the S3 credentials "
                                   "(InvalidAccessKeyId: The AWS Access Key Id you provided does not exist in our "
                                   "records.); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), message
+
+
+def test_a_steps_log_shows_each_retry(monkeypatch, capfd):
+    """A step (an entry point under reports_errors) logs every retry on stderr, its task's
+    run.log; the one-line contract of the CLI's terminal is held by the CLI tests above."""
+    from components.contracts.errors import reports_errors
+
+    with store_behind_proxy("s3", monkeypatch) as (bucket, proxy):
+        @reports_errors("push")
+        def step():
+            proxy.schedule("503", nth=1, methods=("PUT",))
+            storage.write_text(f"{bucket}/serving/models.config", "x")
+            return storage.read_text(f"{bucket}/serving/models.config")
+
+        try:
+            assert step() == "x"
+        finally:  # this test process goes on to other tests: the handler a step's process keeps goes
+            import logging as _logging
+
+            from components.contracts.errors import _Stderr
+
+            logger = _logging.getLogger("gpupipe.storage")
+            for handler in [h for h in logger.handlers if isinstance(h, _Stderr)]:
+                logger.removeHandler(handler)
+    err = capfd.readouterr().err
+    assert f"storage: {bucket}/serving/models.config: HTTP 503 SlowDown; try 2 of 6" in err.splitlines(), err

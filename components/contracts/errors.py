@@ -40,13 +40,21 @@ def reports_errors(step: str) -> Callable[[F], F]:
     return decorate
 
 
+class _Stderr(logging.Handler):
+    """Writes to whatever sys.stderr is when a record comes (a task's log; under a test, its
+    capture)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 (logging must never fail the step)
+            self.handleError(record)
+
+
 def _show_storage_retries() -> None:
     """In a step, the storage layer's retries (components/contracts/storage/retry.py) go to
     stderr, the task's log; a CLI command's terminal stays one line."""
     logger = logging.getLogger("gpupipe.storage")
-    if not any(getattr(h, "_gpupipe", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._gpupipe = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
         logger.setLevel(logging.INFO)
