@@ -56,6 +56,7 @@ JOB_KINDS = ("JobSet", "TFJob")
 PIPELINE_LABEL = "gpupipe/pipeline"  # on a Workload only when Kueue's labelKeysToCopy lists it
 TIMEOUT = (5, 30)  # seconds: to connect, to read
 PAGE = 500
+FINISHED_SHOWN = 3  # Kueue keeps a finished Workload while its job exists; the launcher leaves completed jobs
 DOCS = "docs/queue.md"
 
 
@@ -330,6 +331,7 @@ def queue_rows(workloads: Iterable[dict], positions: dict, resource: str = GPU) 
             "queue": (wl.get("spec") or {}).get("queueName", ""),
             "priority_class": (wl.get("spec") or {}).get("priorityClassName", ""),
             "state": state, "reason": reason, "message": message,
+            "finished": (_condition(wl, "Finished") or {}).get("lastTransitionTime", "") if state == "finished" else "",
             "position_in_local_queue": pending.get("positionInLocalQueue") if pending else None,
             "position_in_cluster_queue": pending.get("positionInClusterQueue") if pending else None,
             "cluster_queue": ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""),
@@ -351,8 +353,11 @@ def render_queue(rows: List[dict], namespace: str, queue: str, pipeline: str, no
                  "queued train pod, JobSet or TFJob once the run reaches train; check --namespace (the team's "
                  "namespace) and cluster.queue"]
         return "\n".join(lines + ([note] if note else []))
+    total = len(rows)
+    done = sorted((r for r in rows if r["state"] == "finished"), key=lambda r: r["finished"], reverse=True)
+    rows = [r for r in rows if r["state"] != "finished"] + done[:FINISHED_SHOWN]
     width = max(len("workload"), *(len(r["workload"]) for r in rows))
-    lines = [f"{pipeline}: {len(rows)} workload(s) in LocalQueue {queue} of namespace {namespace}",
+    lines = [f"{pipeline}: {total} workload(s) in LocalQueue {queue} of namespace {namespace}",
              f"{'workload':<{width}}  {'state':<8}  {'GPUs':>4}  {'position':<18}  {'flavor':<18}  reason"]
     for r in rows:
         if r["position_in_local_queue"] is not None:
@@ -362,6 +367,8 @@ def render_queue(rows: List[dict], namespace: str, queue: str, pipeline: str, no
         reason = ": ".join(p for p in (r["reason"], r["message"]) if p) or "-"
         lines.append(f"{r['workload']:<{width}}  {r['state']:<8}  {_gpus(r['gpus']):>4}  {position:<18}  "
                      f"{r['flavor'] or '-':<18}  {reason}")
+    if len(done) > FINISHED_SHOWN:
+        lines.append(f"... and {len(done) - FINISHED_SHOWN} earlier finished workload(s) (--json lists every one)")
     lines.append("position: the workloads ahead of it in the LocalQueue (in its ClusterQueue: cq), from Kueue's "
                  "visibility API; 0 is next")
     if note:

@@ -129,12 +129,22 @@ def test_with_nothing_waiting_the_visibility_api_is_not_asked(tmp_path, capsys, 
     running = workload("gpupipe-train-5e6f7a8b", "team-a", conditions=admitted("2026-12-01T09:00:00Z"),
                        admitted_in="team-a", flavor="gpupipe-on-demand")
     with kueue_api() as (url, api):
-        api.add(running)  # Kueue knows no LocalQueue here: asking would answer 404 and a needless note
+        done = [workload(f"gpupipe-train-done000{i}", "team-a", conditions=finished(
+            f"2026-11-2{i}T10:00:00Z", f"2026-11-2{i}T11:00:00Z"), admitted_in="team-a", flavor="gpupipe-spot")
+            for i in (3, 5, 4, 1)]
+        api.add(running, *done)  # Kueue knows no LocalQueue here: asking would answer 404 and a needless note
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a")
         code, out, err = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig)
+        _, out_json, _ = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig, "--json")
     assert code == 0, err
-    assert len(out.splitlines()) == 4 and "note:" not in out
-    assert [p.split("?")[0] for _, p in api.requests] == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads"]
+    lines = out.splitlines()
+    assert lines[0] == "ctr: 5 workload(s) in LocalQueue gpus of namespace team-a" and "note:" not in out
+    assert [line.split()[:2] for line in lines[2:6]] == [
+        [running["metadata"]["name"], "admitted"], *([done[i]["metadata"]["name"], "finished"] for i in (1, 2, 0))]
+    assert lines[5].endswith("Succeeded: jobset completed successfully")
+    assert lines[6] == "... and 1 earlier finished workload(s) (--json lists every one)" and len(lines) == 8
+    assert len(json.loads(out_json)["workloads"]) == 5
+    assert {p.split("?")[0] for _, p in api.requests} == {"/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads"}
 
 
 def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, config):
