@@ -78,7 +78,9 @@ def test_gpupipe_config_schema_prints_the_committed_schema(capsys):
     from pipelines.cli import main
 
     assert main(["config-schema"]) == 0
-    assert capsys.readouterr().out == (ROOT / "docs" / "config.schema.json").read_text()
+    printed = capsys.readouterr().out
+    assert printed == (ROOT / "docs" / "config.schema.json").read_text(), \
+        "docs/config.schema.json is stale; run .venv/bin/python -m pipelines.reference"
 
 
 @pytest.mark.unit
