@@ -149,6 +149,16 @@ class Cluster:
     def crd(self, name: str):
         return self._call(self.client.ApiextensionsV1Api(self.api).read_custom_resource_definition, name)
 
+    def discovery(self, group: str, version: str) -> Optional[dict]:
+        """The APIResourceList of `group/version` (every authenticated user may read discovery:
+        system:discovery), None when the API server does not serve that version."""
+        def get(_request_timeout):
+            return self.api.call_api(
+                "/apis/{group}/{version}", "GET", {"group": group, "version": version},
+                header_params={"Accept": "application/json"}, response_type="object",
+                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=_request_timeout)
+        return self._call(get)
+
     def custom(self, group: str, version: str, plural: str, name: str, namespace: Optional[str] = None):
         objects = self.client.CustomObjectsApi(self.api)
         if namespace:
@@ -165,7 +175,11 @@ class Cluster:
         return self._call(get)
 
     def may(self, attributes: dict, user: Optional[str] = None, groups: Optional[List[str]] = None):
-        """status of a SelfSubjectAccessReview (user None) or a SubjectAccessReview for `user`."""
+        """(status, the review asked): a SelfSubjectAccessReview (user None), else a
+        SubjectAccessReview for `user`, or, when the caller may not create those (cluster-scoped),
+        a LocalSubjectAccessReview in the namespace, which a namespace's admin may create."""
+        from kubernetes.client.exceptions import ApiException
+
         c = self.client
         resource = c.V1ResourceAttributes(**attributes)
         api = c.AuthorizationV1Api(self.api)
@@ -173,11 +187,18 @@ class Cluster:
             review = self._call(api.create_self_subject_access_review,
                                 c.V1SelfSubjectAccessReview(spec=c.V1SelfSubjectAccessReviewSpec(
                                     resource_attributes=resource)))
-        else:
-            review = self._call(api.create_subject_access_review,
-                                c.V1SubjectAccessReview(spec=c.V1SubjectAccessReviewSpec(
-                                    user=user, groups=groups, resource_attributes=resource)))
-        return review.status if review is not None else None
+            return (review.status if review is not None else None), "SelfSubjectAccessReview"
+        spec = c.V1SubjectAccessReviewSpec(user=user, groups=groups, resource_attributes=resource)
+        try:
+            review = self._call(api.create_subject_access_review, c.V1SubjectAccessReview(spec=spec))
+            return (review.status if review is not None else None), "SubjectAccessReview"
+        except ApiException as err:
+            if err.status != 403:
+                raise
+        review = self._call(api.create_namespaced_local_subject_access_review, attributes["namespace"],
+                            c.V1LocalSubjectAccessReview(metadata=c.V1ObjectMeta(namespace=attributes["namespace"]),
+                                                         spec=spec))
+        return (review.status if review is not None else None), "LocalSubjectAccessReview"
 
 
 def _refused(what: str, err, fix: str) -> Line:
@@ -223,8 +244,21 @@ def crd_line(cluster: Cluster, component: str, crds: tuple, why: str) -> Line:
         try:
             crd = cluster.crd(name)
         except ApiException as err:
-            return _refused(f"{component} CRD {name}", err, "ask for get on customresourcedefinitions.apiextensions."
-                                                           f"k8s.io, or check with kubectl get crd {name}")
+            if err.status != 403:
+                return _refused(f"{component} CRD {name}", err, f"try again, or check with kubectl get crd {name}")
+            # Not allowed to read CRDs (a tenant rarely is): API discovery lists what the API
+            # server serves, and it serves a CRD's resources once the CRD is established.
+            plural, _, group = name.partition(".")
+            try:
+                listed = cluster.discovery(group, version)
+            except ApiException as err:
+                return _refused(f"{component} CRD {name}", err, "ask for get on customresourcedefinitions."
+                                                               f"apiextensions.k8s.io, or check with kubectl get crd {name}")
+            if not listed or plural not in [r.get("name") for r in listed.get("resources") or []]:
+                return Line(False, f"{component} CRD {name} is not installed, or does not serve {version} ({why}; "
+                                   f"API discovery of {group}/{version}, as CRDs may not be read): {fix}")
+            found.append(name)
+            continue
         if crd is None:
             return Line(False, f"{component} CRD {name} is not installed ({why}): {fix}")
         served = [v.name for v in crd.spec.versions if v.served]
@@ -352,14 +386,16 @@ def rbac_lines(cluster: Cluster, config, namespace: str, config_path: str, user:
         denied = []
         try:
             for verb in LAUNCHER_VERBS:
-                status = cluster.may({"namespace": job_ns, "verb": verb, "group": group, "resource": plural},
-                                     subject, subject_groups)
+                status, review = cluster.may({"namespace": job_ns, "verb": verb, "group": group,
+                                              "resource": plural}, subject, subject_groups)
                 if status is None or not status.allowed:
                     denied.append(verb)
         except ApiException as err:
-            lines.append(_refused(f"RBAC {who} ({review})", err, "ask for create on subjectaccessreviews."
-                                  "authorization.k8s.io (a cluster administrator may), or check with kubectl auth "
-                                  f"can-i delete {resource} -n {job_ns} --as {subject}"))
+            asked = ("subjectaccessreviews.authorization.k8s.io (cluster-wide) or localsubjectaccessreviews in "
+                     f"{job_ns}" if subject else "selfsubjectaccessreviews.authorization.k8s.io")
+            lines.append(_refused(f"RBAC {who} ({review})", err, f"ask for create on {asked}, or check with "
+                                  f"kubectl auth can-i delete {resource} -n {job_ns}"
+                                  + (f" --as {subject}" if subject else "")))
             continue
         if not denied:
             lines.append(Line(True, f"RBAC {who} ({review}): may {', '.join(LAUNCHER_VERBS)} {resource} in {job_ns}"))

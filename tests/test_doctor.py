@@ -45,6 +45,7 @@ def complete(state, token: str = "runner-token", user: str = RUNNER) -> None:
     state.user(token, user, ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"])
     state.grant(user, NS, "jobset.x-k8s.io", "jobsets", *VERBS)
     state.grant(user, NS, "", "secrets", "get")
+    state.grant(user, "", "apiextensions.k8s.io", "customresourcedefinitions", "get")
 
 
 @pytest.fixture
@@ -233,6 +234,46 @@ def test_a_person_without_the_verbs_is_told_to_check_the_service_account(capsys,
     (line,) = errors(lines)
     assert line.startswith("error: RBAC as bob@example.com (SelfSubjectAccessReview): may not create, get, delete")
     assert line.endswith("this checked your own identity: pass --service-account SA to check the pipeline's")
+
+
+def test_without_crd_access_api_discovery_tells(capsys, config, kfp, cluster):
+    """A tenant may not read CRDs: what the API server serves (discovery) says whether they are there."""
+    url, state, kubeconfig = cluster
+    state.revoke(RUNNER, "", "apiextensions.k8s.io", "customresourcedefinitions", "get")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 0, lines
+    assert lines[2] == "ok: JobSet CRD jobsets.jobset.x-k8s.io (training.workers 2, training.launcher jobset)"
+    assert ("GET", "/apis/jobset.x-k8s.io/v1alpha2", "application/json") in state.requests
+    del state.crds["jobsets.jobset.x-k8s.io"]
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed, or does not serve v1alpha2 (training.workers 2, "
+        "training.launcher jobset; API discovery of jobset.x-k8s.io/v1alpha2, as CRDs may not be read): install "
+        "JobSet: kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
+
+
+def test_a_namespace_admin_checks_the_service_account_with_a_local_review(capsys, config, kfp, cluster, tmp_path):
+    """Not allowed SubjectAccessReviews (cluster-wide), a namespace's admin asks a
+    LocalSubjectAccessReview in the namespace."""
+    url, state, _ = cluster
+    state.user("carol-token", "carol@example.com")
+    for grant in [(NS, "", "secrets", "get"), (NS, "jobset.x-k8s.io", "jobsets", *VERBS),
+                  (NS, "authorization.k8s.io", "localsubjectaccessreviews", "create")]:
+        state.grant("carol@example.com", *grant)
+    kubeconfig = write_kubeconfig(tmp_path / "carol", url, "carol-token", namespace=NS)
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig, "--service-account", "default-editor")
+    assert code == 0, lines
+    assert lines[-1] == (f"ok: RBAC as {RUNNER} (LocalSubjectAccessReview): may create, get, delete "
+                         f"jobsets.jobset.x-k8s.io in {NS}")
+    state.revoke(RUNNER, NS, "jobset.x-k8s.io", "jobsets", "get")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig, "--service-account", "default-editor")
+    assert code == 1
+    assert errors(lines) == [
+        f"error: RBAC as {RUNNER} (LocalSubjectAccessReview): may not get jobsets.jobset.x-k8s.io in {NS}, which the "
+        f"train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        "default-editor | kubectl apply -f -"]
 
 
 def test_kfp_2_4_is_one_error(capsys, config, cluster):
