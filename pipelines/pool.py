@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -240,7 +239,9 @@ def is_gpupipe_workload(wl: dict, queue: str, pipeline: str) -> bool:
     if label and label != pipeline:
         return False
     ref = owner(wl)
-    return (ref.get("kind") in JOB_KINDS and str(ref.get("name", "")).startswith(JOB_PREFIX)) or ref.get("kind") == "Pod"
+    if ref.get("kind") in JOB_KINDS:
+        return str(ref.get("name", "")).startswith(JOB_PREFIX)
+    return ref.get("kind") == "Pod"
 
 
 def _pod_set_gpus(pod_set: dict, resource: str) -> float:
@@ -468,7 +469,8 @@ def _iso(when: datetime) -> str:
 def render_usage(teams: List[dict], since: datetime, until: datetime, price: Optional[float],
                  local: Optional[dict], asked: List[str]) -> str:
     period = f"{_iso(since)} to {_iso(until)}"
-    lines = [f"GPU-hours from the finished Kueue workloads, {period}" + (f", at {price:g} per GPU-hour" if price else "")]
+    priced = f", at {price:g} per GPU-hour" if price else ""
+    lines = [f"GPU-hours from the finished Kueue workloads, {period}{priced}"]
     width = max([len("team"), *(len(t["team"]) for t in teams), *(len(n) for n in asked)])
     lines.append(f"{'team':<{width}}  {'workloads':>9}  {'GPU-hours':>10}" + (f"  {'cost':>10}" if price else "")
                  + "  by flavor")
@@ -589,7 +591,3 @@ def add_commands(sub) -> None:
     p.add_argument("--runs-dir", default="runs", help="with --config: where its local runs are (default: runs/)")
     _kube_args(p)
     p.set_defaults(func=cmd_usage)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: gpupipe queue | gpupipe usage")
