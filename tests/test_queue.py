@@ -147,7 +147,7 @@ def test_with_nothing_waiting_the_visibility_api_is_not_asked(tmp_path, capsys, 
     assert {p.split("?")[0] for _, p in api.requests} == {"/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads"}
 
 
-def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, config):
+def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, config, monkeypatch):
     """As Kueue leaves it once the JobSet is stopped: Evicted and Preempted True, Requeued,
     its quota released (QuotaReserved False with the eviction's message), back in the queue."""
     at = "2026-12-01T11:00:00Z"
@@ -161,9 +161,10 @@ def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, 
     with kueue_api() as (url, api):
         api.add(evicted)
         api.queue("team-a", "gpus", "team-a", evicted)
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a")
-        code, out, err = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig)
-        _, out_json, _ = gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig, "--json")
+        # the kubeconfig from $KUBECONFIG, the namespace from its context, as kubectl takes them
+        monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a"))
+        code, out, err = gpupipe(capsys, "queue", config)
+        _, out_json, _ = gpupipe(capsys, "queue", config, "--json")
     assert code == 0, err
     line = out.splitlines()[2]
     assert line.split()[:7] == [evicted["metadata"]["name"], "evicted", "4", "0", "(cq", "0)", "-"]
