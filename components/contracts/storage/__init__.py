@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
+from components.contracts.storage import retry
 from components.contracts.storage.retry import StorageError, retries  # noqa: F401 (the layer's API)
 
 REMOTE_SCHEMES = ("gs://", "s3://", "minio://")
@@ -70,26 +71,29 @@ def scheme(uri: str) -> str:
     return uri.split("://", 1)[0] + "://" if is_remote(uri) else ""
 
 
+def _classified(uri: str, classify, call, *args, **kwargs):
+    """`call(*args, **kwargs)` as one storage operation on `uri` (its retries counted
+    together): what the client raises becomes `classify(err, uri)`'s StorageError (its
+    cause kept for a task's log), or is raised as it is when that is None; Conflict and
+    GpupipeError pass through."""
+    with retry.operation(uri):
+        try:
+            return call(*args, **kwargs)
+        except (Conflict, GpupipeError):
+            raise
+        except Exception as err:
+            classified = classify(err, uri)
+            if classified is None:
+                raise
+            raise classified from err
+
+
 class _ClassifiedStream(io.RawIOBase):
     """A backend's read stream whose faults (a read that fails after its retries) are
     StorageErrors too."""
 
     def __init__(self, raw, uri: str, classify):
         self._raw, self._uri, self._classify = raw, uri, classify
-
-    def _call(self, name: str, *args):
-        from components.contracts.storage import retry
-
-        with retry.operation(self._uri):
-            try:
-                return getattr(self._raw, name)(*args)
-            except (Conflict, GpupipeError):
-                raise
-            except Exception as err:
-                classified = self._classify(err, self._uri)
-                if classified is None:
-                    raise
-                raise classified from None
 
     def readable(self) -> bool:
         return True
@@ -98,18 +102,18 @@ class _ClassifiedStream(io.RawIOBase):
         return self._raw.seekable()
 
     def readinto(self, buffer) -> int:
-        data = self._call("read", len(buffer))
+        data = _classified(self._uri, self._classify, self._raw.read, len(buffer))
         buffer[:len(data)] = data
         return len(data)
 
     def read(self, size: int = -1) -> bytes:
-        return self._call("read", size)
+        return _classified(self._uri, self._classify, self._raw.read, size)
 
     def readline(self, size: int = -1) -> bytes:
-        return self._call("readline", size)
+        return _classified(self._uri, self._classify, self._raw.readline, size)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._call("seek", offset, whence)
+        return _classified(self._uri, self._classify, self._raw.seek, offset, whence)
 
     def tell(self) -> int:
         return self._raw.tell()
@@ -122,9 +126,10 @@ class _ClassifiedStream(io.RawIOBase):
 
 
 class _Classified:
-    """A backend whose every operation turns the client's exceptions into StorageErrors
-    (`classify(err, uri)`: a StorageError, or None for what is not a storage fault, which
-    is raised as it is). Conflict and GpupipeError pass through."""
+    """A backend whose every operation is `_classified` (`classify(err, uri)`: a
+    StorageError, or None for what is not a storage fault); `open_read`'s stream too."""
+
+    _URI_SECOND = ("upload_file", "put_tree")  # (local path, uri)
 
     def __init__(self, backend, classify):
         self._backend, self._classify = backend, classify
@@ -136,22 +141,9 @@ class _Classified:
 
         @functools.wraps(attr)
         def call(*args, **kwargs):
-            from components.contracts.storage import retry
-
-            first = args[0] if args else ""
-            uri = first.uri if isinstance(first, Entry) else str(first)
-            if name in ("upload_file", "put_tree"):  # (local path, uri)
-                uri = str(args[1])
-            with retry.operation(uri):
-                try:
-                    result = attr(*args, **kwargs)
-                except (Conflict, GpupipeError):
-                    raise
-                except Exception as err:
-                    classified = self._classify(err, uri)
-                    if classified is None:
-                        raise
-                    raise classified from None
+            target = args[1] if name in self._URI_SECOND else (args[0] if args else "")
+            uri = target.uri if isinstance(target, Entry) else str(target)
+            result = _classified(uri, self._classify, attr, *args, **kwargs)
             return _ClassifiedStream(result, uri, self._classify) if name == "open_read" else result
 
         return call
