@@ -188,12 +188,15 @@ class PipelineConfig(Strict):
 
     @model_validator(mode="after")
     def _kfp_takes_the_gpus(self) -> "PipelineConfig":
-        # A single-worker run asks KFP for its GPUs, and kfp 2.13's set_accelerator_limit
-        # (kfp/dsl/pipeline_task.py) takes only these counts; a multi-worker job's pods take any.
+        # Only launcher: pod asks KFP for the GPUs, and kfp 2.13's set_accelerator_limit
+        # (kfp/dsl/pipeline_task.py) takes only these counts; a JobSet's or TFJob's pods take any.
         t = self.training
-        if t.workers == 1 and t.gpus not in KFP_GPU_COUNTS:
-            raise ValueError(f"training.gpus: {t.gpus} on one worker, and Kubeflow Pipelines gives a task 1, 2, 4, 8 "
-                             "or 16 GPUs; set training.gpus to one of them, or training.workers above 1")
+        if t.launcher == "pod" and t.workers > 1:
+            raise ValueError(f"training.launcher: pod trains on one worker, and training.workers is {t.workers}; "
+                             "set training.launcher: jobset (or tfjob), or training.workers: 1")
+        if t.launcher == "pod" and t.gpus not in KFP_GPU_COUNTS:
+            raise ValueError(f"training.gpus: {t.gpus} with launcher: pod, and Kubeflow Pipelines gives a task 1, 2, 4, "
+                             "8 or 16 GPUs; set training.gpus to one of them, or training.launcher: jobset")
         return self
 
     @model_validator(mode="after")

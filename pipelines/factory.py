@@ -25,7 +25,7 @@ from components.notify.settings import WEBHOOK_SECRET_KEY, WEBHOOK_URL_ENV
 from components.push.component import make_push_op
 from components.report.component import make_report_op
 from components.train.component import make_train_op
-from components.train.launch import POD_NAME_ENV, POD_UID_ENV, Launch
+from components.train.launch import POD_NAME_ENV, POD_UID_ENV, WORKFLOW_ENV, WORKFLOW_LABEL, Launch
 from components.validate.component import make_validate_op
 from pipelines import pods
 from pipelines.config import PipelineConfig
@@ -136,10 +136,18 @@ def apply_pod_shape(task: dsl.PipelineTask, shape: PodShape) -> None:
     kubernetes.set_timeout(task, shape.timeout_seconds)
 
 
-def launch_json(config: PipelineConfig) -> str:
-    """For training.workers > 1: the multi-worker job the train task launches; "" otherwise."""
+def launched(config: PipelineConfig) -> bool:
+    """Whether the train task launches a job for the workers (GPU training on 1 to N workers,
+    unless training.launcher is pod) instead of training in its own pod."""
     t = config.training
-    if t.workers == 1:
+    return t.workers > 1 or (t.gpus > 0 and t.launcher != "pod")
+
+
+def launch_json(config: PipelineConfig) -> str:
+    """The job the train task launches (a JobSet or TFJob of training.workers GPU workers);
+    "" when the task trains in its own pod (CPU training, or launcher: pod)."""
+    t = config.training
+    if not launched(config):
         return ""
     return Launch(kind=t.launcher, image=config.train_image, workers=t.workers, namespace=t.job_namespace or "",
                   shape=pods.training_shape(config, queued=False), max_restarts=t.retries,
@@ -174,7 +182,7 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
         learning_rate: float = defaults[P_LEARNING_RATE],
     ):
         with exit_handler(config, local, serving_base):
-            _steps(config, data_source, epochs, eval_threshold, serving_base, learning_rate)
+            _steps(config, local, data_source, epochs, eval_threshold, serving_base, learning_rate)
 
     return pipeline
 
@@ -197,13 +205,15 @@ def exit_handler(config: PipelineConfig, local: bool, serving_base):
     return dsl.ExitHandler(notify_task, name="gpupipe-run")
 
 
-def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_base, learning_rate):
-    """The run's tasks, wired; the pipeline's parameters as KFP passes them in."""
+def _steps(config: PipelineConfig, local: bool, data_source, epochs, eval_threshold, serving_base, learning_rate):
+    """The run's tasks, wired; the pipeline's parameters as KFP passes them in. A local run
+    trains in its train task (no JobSet on one machine)."""
     cpu_image = config.images.cpu_image
     fingerprint_op = make_fingerprint_op(cpu_image)
     ingest_op = make_ingest_op(cpu_image)
     validate_op = make_validate_op(cpu_image)
-    train_op = make_train_op(config.train_image)
+    launch = "" if local else launch_json(config)
+    train_op = make_train_op(cpu_image if launch else config.train_image)  # a launcher holds no GPU
     evaluate_op = make_evaluate_op(cpu_image)
     push_op = make_push_op(cpu_image)
     report_op = make_report_op(cpu_image)
@@ -226,7 +236,6 @@ def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_
         served_version=fingerprint_task.outputs["served"])
     validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
 
-    launch = launch_json(config)
     # Cached: the key is the examples (ingest's, cached by the data's fingerprint), the settings,
     # the run parameters and the image (its tag carries the commit). It runs after validate,
     # which stops the run on bad data, but takes nothing from it.
@@ -239,6 +248,8 @@ def _steps(config: PipelineConfig, data_source, epochs, eval_threshold, serving_
     if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
         kubernetes.use_field_path_as_env(train_task, env_name=POD_NAME_ENV, field_path="metadata.name")
         kubernetes.use_field_path_as_env(train_task, env_name=POD_UID_ENV, field_path="metadata.uid")
+        kubernetes.use_field_path_as_env(train_task, env_name=WORKFLOW_ENV,
+                                         field_path=f"metadata.labels['{WORKFLOW_LABEL}']")
 
     evaluate_task = evaluate_op(
         model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],

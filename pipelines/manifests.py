@@ -329,6 +329,9 @@ def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) 
     in a Kubeflow profile namespace)."""
     from components.train.launch import API, LAUNCHER_VERBS
 
+    if config.training.launcher == "pod":
+        raise GpupipeError(f"training.launcher: pod: {config.name}'s train task launches no job, so it needs no Role; "
+                           "set training.launcher: jobset (or tfjob) to launch one")
     group, _, plural, _ = API[config.training.launcher]
     name = f"gpupipe-{config.name}-launcher"
     labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/pipeline": config.name}
@@ -347,18 +350,31 @@ def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) 
 
 
 ON_DEMAND_FLAVOR, SPOT_FLAVOR = "gpupipe-on-demand", "gpupipe-spot"
+# The team namespace's LimitRange request for containers that set none (Argo's wait sidecar)
+SIDECAR_REQUEST = {"cpu": "250m", "memory": "512Mi"}
+
+
+def _added(a: str, b: str) -> str:
+    from kubernetes.utils import parse_quantity
+
+    return str(parse_quantity(a) + parse_quantity(b))
 
 
 def _per_gpu(quantity: str, gpus_per_worker: int, gpu_quota: int, unit: str = "") -> str:
-    """A worker's CPU or memory, scaled from its GPUs to `gpu_quota` GPUs (rounded up)."""
+    """A worker's CPU or memory, scaled from its GPUs to `gpu_quota` GPUs: exact where it can
+    be written exactly (bytes; millicores), else rounded up to the next byte or millicore."""
     import math
 
     from kubernetes.utils import parse_quantity
 
     total = parse_quantity(quantity) * gpu_quota / gpus_per_worker
     if unit == "Mi":
-        return f"{math.ceil(total / 2 ** 20)}Mi"
-    return str(math.ceil(total))
+        whole = math.ceil(total)
+        for suffix, size in (("Gi", 2 ** 30), ("G", 10 ** 9), ("Mi", 2 ** 20), ("M", 10 ** 6)):
+            if whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
+    return str(int(total)) if total == int(total) else f"{math.ceil(total * 1000)}m"
 
 
 def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu_quota: int = 0,
@@ -389,6 +405,9 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         raise GpupipeError(f"manifest --cohort {cohort!r}: not a Kueue cohort name (lowercase letters, digits, '-' "
                            "and '.'); give e.g. --cohort gpupipe-pool")
     shape = training_shape(config, queued=False)
+    cpu, memory = shape.cpu_request, shape.memory_request  # a JobSet or TFJob worker: its one container
+    if t.launcher == "pod":  # the Argo pod: Kueue counts its wait sidecar too, at this LimitRange's request
+        cpu, memory = _added(cpu, SIDECAR_REQUEST["cpu"]), _added(memory, SIDECAR_REQUEST["memory"])
     gpu = t.accelerator or "nvidia.com/gpu"
     labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/tenant": team}
     queue = config.cluster.queue or "gpus"
@@ -402,12 +421,12 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}}, "spec": spec}
 
     def quotas(gpus: int, borrow: Optional[int]) -> list:
-        resources = [{"name": "cpu", "nominalQuota": _per_gpu(shape.cpu_request, t.gpus, gpus)},
-                     {"name": "memory", "nominalQuota": _per_gpu(shape.memory_request, t.gpus, gpus, "Mi")},
+        resources = [{"name": "cpu", "nominalQuota": _per_gpu(cpu, t.gpus, gpus)},
+                     {"name": "memory", "nominalQuota": _per_gpu(memory, t.gpus, gpus, "Mi")},
                      {"name": gpu, "nominalQuota": gpus}]
         if borrow is not None:
-            resources[0]["borrowingLimit"] = _per_gpu(shape.cpu_request, t.gpus, borrow)
-            resources[1]["borrowingLimit"] = _per_gpu(shape.memory_request, t.gpus, borrow, "Mi")
+            resources[0]["borrowingLimit"] = _per_gpu(cpu, t.gpus, borrow)
+            resources[1]["borrowingLimit"] = _per_gpu(memory, t.gpus, borrow, "Mi")
             resources[2]["borrowingLimit"] = borrow
         return resources
 
@@ -421,7 +440,7 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
          "spec": {"hard": {f"requests.{gpu}": str(gpu_quota + spot_gpu_quota + (borrowing_limit or 0))}}},
         {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "gpupipe-defaults", "namespace": team,
                                                                   "labels": labels},
-         "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
+         "spec": {"limits": [{"type": "Container", "defaultRequest": dict(SIDECAR_REQUEST),
                               "default": {"cpu": "1", "memory": "2Gi"}}]}},
         flavor(ON_DEMAND_FLAVOR, on_demand_nodes, []),
         *([flavor(SPOT_FLAVOR, {**on_demand_nodes, **config.cluster.spot_node_selector},
@@ -434,5 +453,5 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
                   "resourceGroups": [{"coveredResources": ["cpu", "memory", gpu], "flavors": flavors}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
          "metadata": {"name": queue, "namespace": team, "labels": labels}, "spec": {"clusterQueue": team}},
-        *launcher_rbac(config, team, service_account),
+        *(launcher_rbac(config, team, service_account) if t.launcher != "pod" else []),
     ]

@@ -106,6 +106,7 @@ def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
 
 
 def launcher_shape(config: PipelineConfig) -> PodShape:
-    """The train task when workers > 1: it creates and follows the job, holds no GPU."""
+    """The train task that launches the workers' job (GPU training, or workers > 1): it creates
+    and follows the job, holds no GPU."""
     timeout = step_resources(config, names.TRAIN).timeout
     return _shape(LAUNCHER.model_copy(update={"timeout": timeout}), **_common(config))

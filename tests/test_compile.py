@@ -45,25 +45,53 @@ def test_compiled_yaml_loads_back_with_the_kfp_sdk(tmp_path, penguins_docs):
     assert penguins_docs[1][0]["defaultPipelineRoot"] == "gs://gpupipe-example/pipeline-root"
 
 
-def test_trainer_requests_the_configured_accelerator(penguins_docs):
-    spec, platform = penguins_docs[1][0], penguins_docs[1][1]
+@pytest.mark.parametrize("config_path", CONFIGS, ids=lambda p: p.name)
+def test_no_executor_asks_kfp_for_a_gpu(config_path):
+    """GPU training is a JobSet (1 to N workers) that a small CPU train task launches: no
+    task of a committed pipeline asks KFP for a GPU or runs in the GPU image."""
+    docs = list(yaml.safe_load_all((ROOT / compiled_path(load_config(config_path))).read_text()))
+    for name, executor in docs[0]["deploymentSpec"]["executors"].items():
+        assert "accelerator" not in executor["container"]["resources"], name
+        assert executor["container"]["image"].split("/")[-1].startswith("gpupipe-cpu:"), name
+
+
+def test_one_gpu_worker_is_a_jobset_of_one_with_the_gpu_placement_and_scratch(penguins_docs, penguins_config):
+    from components.train.launch import Launch, job_manifest
+
+    spec = penguins_docs[1][0]
     train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
-    assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    assert train["resources"]["accelerator"]["resourceCount"] == "1"
+    assert train["resources"]["resourceCpuLimit"] == "500m"  # the launcher
+    launch = Launch.from_json(spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["launch"]["runtimeValue"]
+                              ["constant"])
+    assert (launch.kind, launch.workers, launch.image) == ("jobset", 1, penguins_config.images.gpu_image)
+    job = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
+    pod = job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    # /tmp on an emptyDir (the root filesystem is read-only), and node-local scratch for the
+    # disk input cache, sized by training.disk_cache_budget_mb.
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}} in pod["volumes"]
+    assert {"name": "gpupipe-scratch", "emptyDir": {"sizeLimit": "20480Mi"}} in pod["volumes"]
+    assert {"name": "GPUPIPE_SCRATCH_DIR", "value": "/gpupipe-scratch"} in container["env"]
+    # one worker: a single process, no TF_CONFIG host list, no headless service
+    assert "network" not in job["spec"] and not any(e["name"] == "GPUPIPE_TF_WORKERS" for e in container["env"])
+
+
+def test_launcher_pod_trains_in_the_kfp_task_and_asks_kfp_for_the_gpu(penguins_config):
+    config = penguins_config.model_copy(update={"training": penguins_config.training.model_copy(
+        update={"launcher": "pod"})})
+    spec, platform = yaml.safe_load_all(compile_to_text(config))
+    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert train["resources"]["accelerator"] == {"resourceType": "nvidia.com/gpu", "resourceCount": "1"} or \
+        train["resources"]["accelerator"]["resourceCount"] == "1"
     assert train["image"].split("/")[-1].startswith("gpupipe-gpu:")
+    assert spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["launch"]["runtimeValue"]["constant"] == ""
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
     assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
-    assert k8s["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
-    # /tmp on an emptyDir (the workers' root filesystem is read-only), and node-local scratch for
-    # the disk input cache, sized by training.disk_cache_budget_mb.
-    assert k8s["emptyDirMounts"] == [{"mountPath": "/tmp", "sizeLimit": "20Gi", "volumeName": "tmp"},
-                                     {"mountPath": "/gpupipe-scratch", "sizeLimit": "20480Mi",
-                                      "volumeName": "gpupipe-scratch"}]
-    assert {"name": "GPUPIPE_SCRATCH_DIR", "value": "/gpupipe-scratch"} in train["env"]
-    for other in ("exec-ingest", "exec-validate", "exec-evaluate", "exec-push"):
-        container = spec["deploymentSpec"]["executors"][other]["container"]
-        assert "accelerator" not in container["resources"]
-        assert container["image"].split("/")[-1].startswith("gpupipe-cpu:")
+    assert {"mountPath": "/gpupipe-scratch", "sizeLimit": "20480Mi", "volumeName": "gpupipe-scratch"} in \
+        k8s["emptyDirMounts"]
 
 
 def test_every_task_is_a_lightweight_component_without_pip_installs(penguins_docs):
@@ -124,10 +152,12 @@ def test_multi_worker_config_requests_gpus_in_the_job_not_the_launcher(ctr_confi
     assert spec["kind"] == "jobset" and spec["workers"] == 2 and spec["shape"]["gpus"] == 2
     assert spec["shape"]["accelerator"] == "nvidia.com/gpu"
     assert docs[0]["root"]["dag"]["tasks"]["train"]["retryPolicy"]["maxRetryCount"] == 3
-    # The launcher learns its own pod (name and uid) for the job's ownerReference.
+    # The launcher learns its own pod (name and uid) and its run's Argo Workflow: the job is
+    # named for the run, so a retried launcher finds the job its first attempt created.
     k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
     assert {e["name"]: e["fieldPath"] for e in k8s["fieldPathAsEnv"]} == {
-        "GPUPIPE_POD_NAME": "metadata.name", "GPUPIPE_POD_UID": "metadata.uid"}
+        "GPUPIPE_POD_NAME": "metadata.name", "GPUPIPE_POD_UID": "metadata.uid",
+        "GPUPIPE_WORKFLOW": "metadata.labels['workflows.argoproj.io/workflow']"}
 
 
 @pytest.mark.parametrize("config_path", CONFIGS, ids=lambda p: p.name)
@@ -192,15 +222,15 @@ def job_pod_shape(pod: dict) -> dict:
 
 @pytest.mark.parametrize("kind", ["jobset", "tfjob"])
 def test_the_train_task_and_the_job_workers_come_from_one_pod_shape(ctr_config, kind):
-    """The same config trains in the KFP task (one worker) or in a JobSet/TFJob (two): the
-    pods ask for the same resources, placement, secrets, volumes and deadline."""
+    """The same config trains in the KFP task (launcher: pod) or in a JobSet/TFJob (two
+    workers): the pods ask for the same resources, placement, secrets, volumes and deadline."""
     from components.train.launch import Launch, job_manifest
     from pipelines.factory import launch_json
 
     def with_training(**update):
         return ctr_config.model_copy(update={"training": ctr_config.training.model_copy(update=update)})
 
-    single = list(yaml.safe_load_all(compile_to_text(with_training(workers=1))))
+    single = list(yaml.safe_load_all(compile_to_text(with_training(workers=1, launcher="pod"))))
     launch = Launch.from_json(launch_json(with_training(launcher=kind)))
     manifest = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
     pod = (manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"] if kind == "tfjob" else

@@ -169,14 +169,17 @@ def test_a_sweep_of_quantities_each_accepted_one_passes_kfps_setters():
 
 def test_a_gpu_count_kfp_cannot_give_one_task_is_refused_in_one_line():
     raw = penguins()
-    raw["training"]["gpus"] = 3
+    raw["training"].update(gpus=3, launcher="pod")
     with pytest.raises(GpupipeError) as err:
         parse_config(raw, "configs/penguins.yaml")
-    assert str(err.value) == ("configs/penguins.yaml: training.gpus: 3 on one worker, and Kubeflow Pipelines gives a "
-                              "task 1, 2, 4, 8 or 16 GPUs; set training.gpus to one of them, or training.workers "
-                              "above 1")
-    raw["training"]["workers"] = 2  # a JobSet's pods take any count
+    assert str(err.value) == ("configs/penguins.yaml: training.gpus: 3 with launcher: pod, and Kubeflow Pipelines "
+                              "gives a task 1, 2, 4, 8 or 16 GPUs; set training.gpus to one of them, or "
+                              "training.launcher: jobset")
+    raw["training"]["launcher"] = "jobset"  # a JobSet's pods take any count
     assert parse_config(raw).training.gpus == 3
+    raw["training"].update(launcher="pod", gpus=1, workers=2)
+    with pytest.raises(GpupipeError, match="training.launcher: pod trains on one worker"):
+        parse_config(raw, "configs/penguins.yaml")
 
 
 @pytest.mark.parametrize("value, message", list(MEMORY_BAD.items()))

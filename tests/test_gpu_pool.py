@@ -29,13 +29,23 @@ def pod_labels(docs, executor: str) -> dict:
     return k8s.get("podMetadata", {}).get("labels", {})
 
 
-def test_a_single_worker_run_queues_the_train_pod_and_nothing_else(penguins_config):
-    docs = list(yaml.safe_load_all(compile_to_text(with_cluster(penguins_config))))
+def test_a_single_worker_run_queues_its_jobset_and_no_kfp_task(penguins_config):
+    config = with_cluster(penguins_config)
+    docs = list(yaml.safe_load_all(compile_to_text(config)))
+    executors = sorted(docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"])
+    for executor in executors:
+        assert not set(QUEUED) & set(pod_labels(docs, executor)), executor
+    job = job_manifest(Launch.from_json(launch_json(config)), "gpupipe-train-1", "team-a", ["python"])
+    assert {k: job["metadata"]["labels"][k] for k in QUEUED} == QUEUED
+    assert job["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 1
+    assert_valid(job)
+
+
+def test_launcher_pod_queues_the_train_pod_itself(penguins_config):
+    config = with_cluster(penguins_config)
+    config = config.model_copy(update={"training": config.training.model_copy(update={"launcher": "pod"})})
+    docs = list(yaml.safe_load_all(compile_to_text(config)))
     assert pod_labels(docs, "exec-train") == QUEUED
-    others = sorted(set(docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]) - {"exec-train"})
-    assert others == ["exec-evaluate", "exec-fingerprint", "exec-ingest", "exec-push", "exec-report", "exec-validate"]
-    for other in others:
-        assert not set(QUEUED) & set(pod_labels(docs, other)), other
 
 
 @pytest.mark.parametrize("kind", ["jobset", "tfjob"])
@@ -60,10 +70,10 @@ def test_a_teams_share_of_the_pool_validates_against_the_kueue_and_core_schemas(
         assert_valid(doc)
     queue = docs[kinds.index("ClusterQueue")]["spec"]
     on_demand, spot = queue["resourceGroups"][0]["flavors"]
-    # ctr's worker: 2 GPUs, 8 CPUs, 32G: per 4 GPUs 16 CPUs and 64G (61036Mi).
+    # ctr's worker: 2 GPUs, 8 CPUs, 32G: per 4 GPUs 16 CPUs and 64G.
     assert on_demand["resources"] == [
         {"name": "cpu", "nominalQuota": "16", "borrowingLimit": "16"},
-        {"name": "memory", "nominalQuota": "61036Mi", "borrowingLimit": "61036Mi"},
+        {"name": "memory", "nominalQuota": "64G", "borrowingLimit": "64G"},
         {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 4}]
     assert spot["name"] == "gpupipe-spot" and spot["resources"][2]["nominalQuota"] == 8
     assert queue["cohort"] == "gpupipe-pool" and queue["preemption"]["withinClusterQueue"] == "LowerPriority"
@@ -90,12 +100,14 @@ def test_a_spot_config_compiles_with_the_spot_selector_toleration_and_more_retri
     config = parse_config(raw)
     assert (config.training.retries, config.training.checkpoint_steps) == (5, 50)
     docs = list(yaml.safe_load_all(compile_to_text(config)))
-    k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
-    assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
-                                             "cloud.google.com/gke-spot": "true"}
+    launch = Launch.from_json(launch_json(config))
+    assert launch.shape.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
+                                          "cloud.google.com/gke-spot": "true"}
     assert {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
-            "effect": "NoSchedule"} in k8s["tolerations"]
-    assert docs[0]["root"]["dag"]["tasks"]["train"]["retryPolicy"]["maxRetryCount"] == 5
+            "effect": "NoSchedule"} in [t.model_dump() for t in launch.shape.tolerations]
+    # a preempted spot node restarts the JobSet, five times, from the backup
+    assert launch.max_restarts == 5
+    assert job_manifest(launch, "gpupipe-train-1", "team-a", ["python"])["spec"]["failurePolicy"] == {"maxRestarts": 5}
     settings = json.loads(docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["settings"]
                           ["runtimeValue"]["constant"])
     assert settings["checkpoint_steps"] == 50 and settings["spot"] is True
@@ -205,7 +217,7 @@ def test_a_borrowing_limit_of_0_is_written_and_unset_is_no_limit(ctr_config, cap
         return queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
 
     never = gpu_quota(tenant_manifests(ctr_config, "team-a", 4, borrowing_limit=0))
-    assert [r.get("borrowingLimit") for r in never] == ["0", "0Mi", 0]
+    assert [r.get("borrowingLimit") for r in never] == ["0", "0Gi", 0]
     unlimited = gpu_quota(tenant_manifests(ctr_config, "team-a", 4))
     assert all("borrowingLimit" not in r for r in unlimited)
     # through the command line: --borrowing-limit 0 is 0, not "unset"
@@ -229,3 +241,49 @@ def test_what_kueue_would_refuse_is_refused_in_one_line(ctr_config, args, messag
     with pytest.raises(GpupipeError) as err:
         tenant_manifests(ctr_config, "team-a", **args)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def _requests(pods: list) -> dict:
+    """What Kueue counts for a workload: the sum of its pods' container requests."""
+    from kubernetes.utils import parse_quantity
+
+    total: dict = {}
+    for pod, count in pods:
+        for container in pod["containers"]:
+            for name, value in container["resources"].get("requests", container["resources"].get("limits", {})).items():
+                total[name] = total.get(name, 0) + parse_quantity(value) * count
+            for name, value in container["resources"].get("limits", {}).items():
+                if name not in container["resources"].get("requests", {}):  # a limit alone is the request
+                    total[name] = total.get(name, 0) + parse_quantity(value) * count
+    return total
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_teams_quota_is_what_its_jobset_pods_request(ctr_config, workers):
+    """`manifest --tenant --gpu-quota N` with N the job's GPUs admits exactly one run's JobSet:
+    the ClusterQueue's nominal cpu, memory and GPUs equal the sum of its pods' requests."""
+    from kubernetes.utils import parse_quantity
+
+    config = with_cluster(ctr_config)
+    config = config.model_copy(update={"training": config.training.model_copy(update={"workers": workers})})
+    job = job_manifest(Launch.from_json(launch_json(config)), "gpupipe-train-1", "team-a", ["python"])
+    replicated = job["spec"]["replicatedJobs"][0]["template"]["spec"]
+    needed = _requests([(replicated["template"]["spec"], replicated["parallelism"])])
+    gpus = config.training.gpus * workers
+    queue = next(d for d in tenant_manifests(config, "team-a", gpu_quota=gpus) if d["kind"] == "ClusterQueue")
+    quota = {r["name"]: parse_quantity(str(r["nominalQuota"]))
+             for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    assert quota == {"cpu": needed["cpu"], "memory": needed["memory"], "nvidia.com/gpu": needed["nvidia.com/gpu"]}
+
+
+def test_with_launcher_pod_the_quota_counts_argos_wait_sidecar(penguins_config):
+    from kubernetes.utils import parse_quantity
+
+    config = with_cluster(penguins_config)
+    pod = config.model_copy(update={"training": config.training.model_copy(update={"launcher": "pod"})})
+    quota = lambda c: {r["name"]: parse_quantity(str(r["nominalQuota"])) for r in next(  # noqa: E731
+        d for d in tenant_manifests(c, "team-a", gpu_quota=1) if d["kind"] == "ClusterQueue")
+        ["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    jobset, in_pod = quota(config), quota(pod)
+    assert in_pod["cpu"] - jobset["cpu"] == parse_quantity("250m")
+    assert in_pod["memory"] - jobset["memory"] == parse_quantity("512Mi")

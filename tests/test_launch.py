@@ -62,8 +62,13 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
                                     "gpupipe-train-test-worker-0-1.gpupipe-train-test:2222")
 
 
-def test_single_node_config_launches_no_job(penguins_config):
-    assert launch_json(penguins_config) == ""
+def test_cpu_training_and_launcher_pod_launch_no_job(penguins_config):
+    def with_training(**update):
+        return penguins_config.model_copy(update={"training": penguins_config.training.model_copy(update=update)})
+
+    assert launch_json(with_training(gpus=0, accelerator=None)) == ""
+    assert launch_json(with_training(launcher="pod")) == ""
+    assert Launch.from_json(launch_json(penguins_config)).workers == 1  # one GPU: a JobSet of one
 
 
 def test_a_jobset_worker_builds_tf_config_from_its_index():
@@ -248,3 +253,93 @@ def test_workers_default_to_the_tasks_service_account_without_its_token(ctr_conf
     configured = plain.model_copy(update={"shape": plain.shape.model_copy(update={"service_account": "trainer"})})
     assert with_task_service_account(configured, "team-a", "default-editor") == configured
     assert "automountServiceAccountToken" not in worker_pod(job_manifest(configured, "j", "team-a", COMMAND))
+
+
+# -- JobSet's admission webhook, beyond the CRD's schema ------------------------------------------
+JOBSET_WEBHOOK = "kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go"
+_DNS1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def jobset_refusals(jobset: dict) -> list:
+    """What JobSet's webhook refuses on create (JOBSET_WEBHOOK, ValidateCreate): a network
+    subdomain that is not a DNS-1123 subdomain and a DNS-1035 label of at most 63 characters;
+    replicas x parallelism above MaxInt32; generated Job names (`<jobset>-<rjob>-<last index>`,
+    placement.GenJobName) and, for Indexed Jobs, the longest pod name (GenPodName plus the 5
+    random characters, `<jobset>-<rjob>-<job index>-<pod index>-abcde`) that are not DNS-1035
+    labels of at most 63; successPolicy targets that name no replicated job."""
+    import re
+
+    def label(value: str) -> bool:
+        return len(value) <= 63 and re.match(_DNS1035, value) is not None
+
+    refused, spec, name = [], jobset["spec"], jobset["metadata"]["name"]
+    subdomain = spec.get("network", {}).get("subdomain", "")
+    if subdomain and not (len(subdomain) <= 253 and re.match(_DNS1123_SUBDOMAIN, subdomain) and label(subdomain)):
+        refused.append(f"spec.network.subdomain {subdomain!r}")
+    names = set()
+    for rjob in spec["replicatedJobs"]:
+        names.add(rjob["name"])
+        job = rjob["template"]["spec"]
+        if job.get("parallelism", 1) * rjob["replicas"] > 2 ** 31 - 1:
+            refused.append(f"replicas x parallelism of {rjob['name']}")
+        if not label(f"{name}-{rjob['name']}-{rjob['replicas'] - 1}"):
+            refused.append(f"job names of {rjob['name']}")
+        if job.get("completionMode") == "Indexed" and "completions" in job:
+            pod = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}-{job['completions'] - 1}-abcde"
+            if not label(pod):
+                refused.append(f"pod names of {rjob['name']}")
+    refused += [f"successPolicy target {t}" for t in spec.get("successPolicy", {}).get("targetReplicatedJobs", [])
+                if t not in names]
+    return refused
+
+
+@pytest.mark.parametrize("workers", [1, 2, 64])
+def test_every_jobset_the_launcher_creates_passes_jobsets_webhook_and_its_crd(ctr_config, workers):
+    from components.train.launch import job_name
+    from tests.fixtures.k8s_schema import assert_valid
+
+    launch = ctr_launch(ctr_config, workers=workers)
+    for env in ({"GPUPIPE_WORKFLOW": "penguins-cluster-9xk2p-3412998"}, {}):  # named for the run, or not
+        manifest = job_manifest(launch, job_name(env), "team-a", COMMAND)
+        assert jobset_refusals(manifest) == [], manifest["metadata"]["name"]
+        assert_valid(manifest)
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpupipe"
+
+
+def test_the_jobset_rule_refuses_what_its_webhook_refuses(ctr_config):
+    manifest = job_manifest(ctr_launch(ctr_config), "gpupipe-train-" + "a" * 50, "team-a", COMMAND)
+    assert jobset_refusals(manifest) == ["spec.network.subdomain '" + manifest["spec"]["network"]["subdomain"] + "'",
+                                         "job names of worker", "pod names of worker"]
+    manifest["spec"]["successPolicy"]["targetReplicatedJobs"] = ["workers"]
+    assert "successPolicy target workers" in jobset_refusals(manifest)
+
+
+def test_the_job_name_is_the_runs_so_a_retry_finds_it():
+    from components.train.launch import job_name
+
+    run = {"GPUPIPE_WORKFLOW": "penguins-cluster-9xk2p"}
+    assert job_name(run) == job_name(dict(run)) != job_name({"GPUPIPE_WORKFLOW": "penguins-cluster-b7m4q"})
+    assert job_name({}) != job_name({})  # without the run's name, a new job per attempt
+
+
+def test_a_retried_launcher_adopts_the_running_job_and_replaces_a_failed_one(ctr_config):
+    from components.train.launch import create_or_adopt
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    manifest = job_manifest(ctr_launch(ctr_config), "gpupipe-train-run1", "team-a", COMMAND)
+    args = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+    failed = [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts", "message": "jobset failed"}]
+    with kubernetes_api([RUNNING, failed]) as (url, cluster):
+        api = custom_objects_api(url)
+        assert create_or_adopt(api, manifest, *args) is True   # the first attempt creates it
+        assert create_or_adopt(api, manifest, *args) is False  # a retry finds it running: follows it
+        assert create_or_adopt(api, manifest, *args) is True   # it failed meanwhile: made anew
+    assert [m for m, _ in cluster.requests] == ["POST", "POST", "GET", "POST", "GET", "DELETE", "POST"]
+    assert cluster.deleted == [("team-a", "jobsets", "gpupipe-train-run1")] and len(cluster.objects) == 1
+    foreign = {**manifest, "metadata": {**manifest["metadata"], "labels": {}}}
+    with kubernetes_api([RUNNING]) as (url, cluster):
+        api = custom_objects_api(url)
+        create_or_adopt(api, foreign, *args)
+        with pytest.raises(GpupipeError, match="exists and is not gpupipe's; delete it"):
+            create_or_adopt(api, manifest, *args)

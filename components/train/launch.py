@@ -24,6 +24,11 @@ from components.contracts.settings import Strict
 
 TF_PORT = 2222
 WORKERS_ENV = "GPUPIPE_TF_WORKERS"  # JobSet: the workers' host:port list, TF_CONFIG is built from it
+# The train task's Argo Workflow (the KFP run; its retries share it), by the downward API: the
+# job's name comes from it, so a retried task finds the job its first attempt created.
+WORKFLOW_ENV = "GPUPIPE_WORKFLOW"
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+FINISHED_TTL_SECONDS = 24 * 3600  # a finished job, and its pods' logs, stay a day
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
 POD_NAME_ENV, POD_UID_ENV = "GPUPIPE_POD_NAME", "GPUPIPE_POD_UID"  # the task's own pod (downward API)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -32,6 +37,7 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 # (pipelines/manifests.py launcher_rbac) grants these verbs and no others.
 LAUNCHER_VERBS = ("create", "get", "delete")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
+_MANAGED_KEY = "app.kubernetes.io/managed-by"
 
 # kind -> (group, version, plural, Kind)
 API = {"jobset": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
@@ -43,7 +49,7 @@ class Launch(Strict):
 
     kind: Literal["jobset", "tfjob"] = "jobset"
     image: str
-    workers: int = Field(ge=2)
+    workers: int = Field(ge=1)
     namespace: str = Field("", description="\"\": the train task's own namespace")
     shape: PodShape
     max_restarts: int = Field(3, ge=0, description="whole-job restarts (a preempted worker exits 143)")
@@ -82,32 +88,39 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
     if owners:
         metadata["ownerReferences"] = owners
     env = {"TF_USE_LEGACY_KERAS": "1"}
+    distributed = launch.workers > 1
     if launch.kind == "tfjob":
         # The training-operator injects TF_CONFIG and looks for the container "tensorflow".
         template = launch.shape.pod_template("tensorflow", launch.image, command, env, labels=MANAGED_BY)
         template["spec"]["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
         spec = {
             "runPolicy": {"backoffLimit": launch.max_restarts, "cleanPodPolicy": "Running",
-                          "activeDeadlineSeconds": launch.shape.timeout_seconds},
+                          "activeDeadlineSeconds": launch.shape.timeout_seconds,
+                          "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS},
             "tfReplicaSpecs": {"Worker": {"replicas": launch.workers, "restartPolicy": "ExitCode",
                                           "template": template}},
         }
     else:
-        env[WORKERS_ENV] = ",".join(worker_hosts(name, launch.workers))
+        if distributed:  # one worker is a single process: no TF_CONFIG, its local GPUs mirrored
+            env[WORKERS_ENV] = ",".join(worker_hosts(name, launch.workers))
         template = launch.shape.pod_template("trainer", launch.image, command, env, restart_policy="Never",
                                              labels=MANAGED_BY)
-        template["spec"]["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
+        if distributed:
+            template["spec"]["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
         spec = {
-            # Any failed worker fails its Job; the JobSet then restarts every worker together
-            # (MultiWorkerMirroredStrategy needs all of them), and they resume from the backup.
+            # Any failed worker (preempted, its node lost) fails its Job; the JobSet then restarts
+            # every worker together (MultiWorkerMirroredStrategy needs all of them), up to the
+            # restart budget, and they resume from the backup.
             "failurePolicy": {"maxRestarts": launch.max_restarts},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": ["worker"]},
-            "network": {"enableDNSHostnames": True, "subdomain": name},
+            "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
             "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": {
                 "parallelism": launch.workers, "completions": launch.workers, "completionMode": "Indexed",
                 "backoffLimit": 0, "activeDeadlineSeconds": launch.shape.timeout_seconds,
                 "template": template}}}],
         }
+        if distributed:
+            spec["network"] = {"enableDNSHostnames": True, "subdomain": name}
     return {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "spec": spec}
 
 
@@ -123,6 +136,38 @@ def job_state(job: dict) -> tuple[str, str]:
     return (latest[-1].get("type", "Pending"), latest[-1].get("message", "")) if latest else ("Pending", "")
 
 
+def create_or_adopt(api, manifest: dict, group: str, version: str, plural: str, attempts: int = 30) -> bool:
+    """Creates the job; True. When it exists (409: an earlier attempt of this task made it,
+    then lost its pod), follows that one instead; False. One that already failed is
+    deleted and created anew."""
+    from kubernetes.client.exceptions import ApiException
+
+    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    for _ in range(attempts):
+        try:
+            api.create_namespaced_custom_object(group, version, namespace, plural, manifest)
+            return True
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        try:
+            existing = api.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as err:
+            if err.status == 404:  # deleted meanwhile: create again
+                continue
+            raise
+        if existing.get("metadata", {}).get("labels", {}).get(_MANAGED_KEY) != MANAGED_BY[_MANAGED_KEY]:
+            raise GpupipeError(f"training: {manifest['kind']} {namespace}/{name} exists and is not gpupipe's; "
+                               f"delete it (kubectl -n {namespace} delete {plural} {name}) or rename the run")
+        if job_state(existing)[0] != "Failed":
+            return False
+        api.delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                            body={"propagationPolicy": "Foreground"})
+        time.sleep(1.0)
+    raise GpupipeError(f"training: {manifest['kind']} {namespace}/{name} could not be created anew; "
+                       f"delete it (kubectl -n {namespace} delete {plural} {name}) and retry the run")
+
+
 class _Stopped(Exception):
     """SIGTERM reached the task (the run was cancelled or the pod is being deleted)."""
 
@@ -135,8 +180,10 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
     plural = next(p for g, v, p, k in API.values() if k == manifest["kind"])
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     kind = manifest["kind"]
-    api.create_namespaced_custom_object(group, version, namespace, plural, manifest)
-    print(f"created {kind} {namespace}/{name}", flush=True)
+    if create_or_adopt(api, manifest, group, version, plural):
+        print(f"created {kind} {namespace}/{name}", flush=True)
+    else:
+        print(f"re-attached to {kind} {namespace}/{name}: created by an earlier attempt of this task", flush=True)
 
     def stop(signum, frame):
         raise _Stopped()
@@ -198,13 +245,26 @@ def with_task_service_account(launch: Launch, namespace: str, account: Optional[
     return launch.model_copy(update={"shape": shape})
 
 
+def job_name(env: Optional[dict] = None) -> str:
+    """The job's name: from the run (its Argo Workflow), so every attempt of this task names
+    the same job; a new one where the run is not known (no Argo workflow label)."""
+    import hashlib
+
+    env = os.environ if env is None else env
+    workflow = env.get(WORKFLOW_ENV, "")
+    return "gpupipe-train-" + (hashlib.sha256(workflow.encode()).hexdigest()[:12] if workflow else uuid.uuid4().hex[:8])
+
+
 def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds: float = 15.0) -> str:
-    """The train task's multi-worker path: a job named for this task, in `launch.namespace`
-    or the task's own, followed to its end."""
+    """The train task's GPU path: a job named for this run's train task, in `launch.namespace`
+    or the task's own, followed to its end. Its owner is not the task's pod, so a retry of the
+    task (its pod lost with its node) re-attaches to it; without a run's name it is owned by
+    the pod (Kubernetes collects it with the pod), and a finished job goes after a day."""
     namespace = launch.namespace or current_namespace()
-    name = f"gpupipe-train-{uuid.uuid4().hex[:8]}"
+    name = job_name()
     launch = with_task_service_account(launch, namespace, task_service_account())
-    manifest = job_manifest(launch, name, namespace, command, owner_references(namespace))
+    owners = [] if os.environ.get(WORKFLOW_ENV) else owner_references(namespace)
+    manifest = job_manifest(launch, name, namespace, command, owners)
     return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds)
 
 

@@ -85,16 +85,22 @@ class TrainSettings(Strict):
     profile_steps: Optional[Tuple[int, int]] = Field(
         None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")
     # The pods that train (pipelines/pods.py turns these into a PodShape).
-    retries: int = Field(2, ge=0, description="KFP retries of the train task (preemption exits 143)")
+    retries: int = Field(2, ge=0, description="restarts after a preemption or a lost node (exit 143): the "
+                                              "JobSet's or TFJob's restart budget; with launcher: pod, KFP retries "
+                                              "of the train task")
     retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
     accelerator: Optional[str] = Field(
         None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
     gpus: int = Field(0, ge=0, description="GPUs per worker (a limit)")
     workers: int = Field(1, ge=1, description="> 1: the train task launches a multi-worker job with this many "
                                               "workers (MultiWorkerMirroredStrategy)")
-    launcher: Literal["jobset", "tfjob"] = Field(
-        "jobset", description="the multi-worker job: a JobSet (jobset.x-k8s.io; what Kueue queues by default) or a "
-                              "Kubeflow TFJob (needs the training-operator)")
+    launcher: Literal["jobset", "tfjob", "pod"] = Field(
+        "jobset", description="how GPU training runs on the cluster: a JobSet (jobset.x-k8s.io, 1 to N workers) or a "
+                              "Kubeflow TFJob (needs the training-operator) that a small CPU train task launches and "
+                              "follows, Kueue admitting the job as one workload and its failurePolicy restarting it "
+                              "(training.retries times) from the backup; or, on clusters without either, pod: one "
+                              "worker in the train task's own pod, where only KFP's retry restarts it, within an hour "
+                              "of the first attempt's start (kfp 2.13's retry backoff cap, counted by Argo)")
     cpu: Optional[str] = Field(None, description="CPU request and limit of each training pod, e.g. '4'")
     memory: Optional[str] = Field(None, description="memory request and limit of each training pod, e.g. '16Gi'")
     node_selector: Dict[str, str] = Field(default_factory=dict)
