@@ -338,11 +338,17 @@ def _create_secret(config, name: str, key: str, namespace: str) -> str:
     return f"kubectl -n {namespace} create secret generic {name} {data}"
 
 
-def secret_lines(cluster: Cluster, config, namespace: str) -> List[Line]:
+def secret_lines(cluster: Cluster, config, namespace: str, workers_only: bool = False) -> List[Line]:
+    """The config's Secrets in `namespace`; `workers_only`: those the training workers mount
+    (not notify.webhook_secret, which only the pipeline's exit handler reads)."""
     from kubernetes.client.exceptions import ApiException
 
     lines = []
     for name, keys in named_secrets(config):
+        if workers_only:
+            keys = [k for k in keys if k != "notify.webhook_secret"]
+            if not keys:
+                continue
         pull = "cluster.image_pull_secrets" in keys
         what = f"{'image pull ' if pull else ''}Secret {name} ({', '.join(keys)})"
         try:
@@ -432,9 +438,14 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
         for component, crds, why in needed_crds(config, serving):
             lines.append(crd_line(cluster, component, crds, why))
             installed[component] = lines[-1].ok
+        # The launched job runs in training.job_namespace when set: Kueue looks for its
+        # LocalQueue there, and its workers mount the storage and image pull Secrets there.
+        job_ns = (config.training.job_namespace if launcher_kind(config) else None) or namespace
         if installed.get("Kueue"):  # without Kueue's CRDs, no LocalQueue to look for
-            lines += queue_lines(cluster, config, namespace, config_path)
+            lines += queue_lines(cluster, config, job_ns, config_path)
         lines += secret_lines(cluster, config, namespace)
+        if job_ns != namespace:
+            lines += secret_lines(cluster, config, job_ns, workers_only=True)
         if launcher_kind(config):
             lines += rbac_lines(cluster, config, namespace, config_path, user, groups, service_account)
     except _Unreachable as down:
@@ -475,6 +486,7 @@ def add_command(sub) -> None:
     p.add_argument("--serving", choices=["kserve", "tfserving", "none"], default="kserve",
                    help="how the model is served: kserve (gpupipe manifest, the default) needs KServe's CRD; "
                         "tfserving (manifest --tfserving) and none need nothing more")
+    p.epilog = f"the checks and their fixes: {DOCS}"
     p.set_defaults(func=cmd_doctor)
 
 

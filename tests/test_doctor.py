@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipelines.cli import main
 from tests.fixtures.cluster_api import (JOBSET_CRD, KSERVE_CRD, KUEUE_CRDS, TFJOB_CRD, cluster_api, cluster_queue,
-                                        local_queue, secret, write_kubeconfig)
+                                        crd, local_queue, secret, write_kubeconfig)
 from tests.fixtures.gcs import free_port
 from tests.fixtures.kfp_api import KfpApiFixture
 
@@ -67,7 +67,7 @@ def doctor(capsys, config, kfp_url, kubeconfig, *extra):
         code = main(["doctor", config, "--host", kfp_url, "--kubeconfig", kubeconfig, *extra])
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert all(line.startswith(("ok: ", "error: ")) for line in lines), out
+    assert all(line.startswith(("ok: ", "error: ", "warning: ")) for line in lines), out
     return code, lines, err
 
 
@@ -274,6 +274,80 @@ def test_a_namespace_admin_checks_the_service_account_with_a_local_review(capsys
         f"error: RBAC as {RUNNER} (LocalSubjectAccessReview): may not get jobsets.jobset.x-k8s.io in {NS}, which the "
         f"train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
         "default-editor | kubectl apply -f -"]
+
+
+def test_a_crd_not_established_is_one_error(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    state.add_crds(crd("serving.kserve.io", "inferenceservices", "InferenceService", ["v1beta1"], established=False))
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    (line,) = errors(lines)
+    assert line.startswith("error: KServe CRD inferenceservices.serving.kserve.io is not established (the initial "
+                           "names have not been accepted): check the API server's events (kubectl describe crd "
+                           "inferenceservices.serving.kserve.io), or reinstall: install KServe")
+
+
+def test_the_job_namespace_holds_the_local_queue_and_the_workers_secrets(capsys, config, kfp, cluster):
+    """training.job_namespace: the JobSet runs there, so Kueue looks for the LocalQueue there and
+    the workers mount the storage and pull Secrets there; the webhook stays the run's."""
+    url, state, kubeconfig = cluster
+    data = yaml.safe_load(Path(config).read_text())
+    data["training"]["job_namespace"] = "gpu-jobs"
+    Path(config).write_text(yaml.safe_dump(data))
+    state.grant(RUNNER, "gpu-jobs", "jobset.x-k8s.io", "jobsets", *VERBS)
+    state.grant(RUNNER, "gpu-jobs", "", "secrets", "get")
+    state.add(local_queue("gpu-jobs", "gpus", NS), *(secret("gpu-jobs", name) for name in SECRETS[:2]))
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert "ok: LocalQueue gpu-jobs/gpus (cluster.queue), ClusterQueue team-a" in lines
+    assert errors(lines) == [
+        "error: Secret gpupipe-minio (storage.s3.credentials_secret) is not in namespace gpu-jobs: kubectl -n "
+        "gpu-jobs create secret generic gpupipe-minio --from-literal=AWS_ACCESS_KEY_ID=ACCESS_KEY "
+        "--from-literal=AWS_SECRET_ACCESS_KEY=SECRET_KEY"]
+    assert not any("gpupipe-webhook" in line and "gpu-jobs" in line for line in lines)
+    assert lines[-1].endswith("jobsets.jobset.x-k8s.io in gpu-jobs")
+
+
+def test_an_api_server_before_1_28_names_the_kubeconfig_user(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    state.self_subject_review = False
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 0, lines
+    assert "as the kubeconfig's user (context fixture;" in lines[1]
+    assert lines[-1].startswith("ok: RBAC as the user of context fixture (SelfSubjectAccessReview)")
+
+
+def test_refused_credentials_are_one_line(capsys, config, kfp, cluster, tmp_path):
+    url, state, _ = cluster
+    kubeconfig = write_kubeconfig(tmp_path / "stale", url, "expired-token")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    assert lines[0].startswith("ok: KFP")
+    assert lines[1:] == [f"error: Kubernetes API at {url} (kubeconfig {kubeconfig}, context fixture): refused the "
+                         "credentials (401: Unauthorized); refresh them (e.g. gcloud container clusters "
+                         "get-credentials) or pass --kubeconfig/--context"]
+
+
+def test_secrets_it_may_not_read_are_one_line_each(capsys, config, kfp, cluster):
+    url, state, kubeconfig = cluster
+    state.revoke(RUNNER, NS, "", "secrets", "get")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 1
+    found = errors(lines)
+    assert len(found) == 4
+    assert found[0] == (f"error: Secret gpupipe-gcs-key (cluster.gcs_credentials_secret) in {NS}: the Kubernetes API "
+                        f"refused (403: secrets \"gpupipe-gcs-key\" is forbidden: User \"{RUNNER}\" cannot get "
+                        f"resource \"secrets\" in API group \"\" in the namespace \"{NS}\"); ask for get on "
+                        f"secrets in {NS}, or check with kubectl -n {NS} get secret gpupipe-gcs-key")
+
+
+def test_a_kfp_that_does_not_say_its_version_warns(capsys, config, cluster):
+    url, state, kubeconfig = cluster
+    with KfpApiFixture(version="unknown") as kfp:
+        code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 0
+    assert lines[0] == (f"warning: --host {kfp.url}: the KFP API does not say its version (tag_name 'unknown'); "
+                        "gpupipe's pipelines need KFP 2.5.0 or later")
 
 
 def test_kfp_2_4_is_one_error(capsys, config, cluster):
