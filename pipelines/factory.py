@@ -136,6 +136,11 @@ def apply_pod_shape(task: dsl.PipelineTask, shape: PodShape) -> None:
     kubernetes.set_timeout(task, shape.timeout_seconds)
 
 
+# On the job: which pipeline it trains for (`gpupipe queue` tells runs apart by it where Kueue's
+# labelKeysToCopy copies it onto the Workload).
+PIPELINE_LABEL = "gpupipe/pipeline"
+
+
 def launched(config: PipelineConfig) -> bool:
     """Whether the train task launches a job for the workers (GPU training on 1 to N workers,
     unless training.launcher is pod) instead of training in its own pod."""
@@ -151,7 +156,7 @@ def launch_json(config: PipelineConfig) -> str:
         return ""
     return Launch(kind=t.launcher, image=config.train_image, workers=t.workers, namespace=t.job_namespace or "",
                   shape=pods.training_shape(config, queued=False), max_restarts=t.retries,
-                  labels=pods.queue_labels(config)).model_dump_json()
+                  labels={**pods.queue_labels(config), PIPELINE_LABEL: config.name}).model_dump_json()
 
 
 def push_lineage(config: PipelineConfig) -> str:
