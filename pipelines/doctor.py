@@ -140,9 +140,15 @@ class Cluster:
                                "(kubectl cluster-info), or pass --kubeconfig/--context") from None
 
     def identity(self) -> Tuple[str, List[str]]:
-        """(username, groups) the API server takes the credentials for; ("", []) before 1.28."""
+        """(username, groups) the API server takes the credentials for; ("", []) before 1.28, or
+        when it refuses to say."""
+        from kubernetes.client.exceptions import ApiException
+
         c = self.client
-        review = self._call(c.AuthenticationV1Api(self.api).create_self_subject_review, c.V1SelfSubjectReview())
+        try:
+            review = self._call(c.AuthenticationV1Api(self.api).create_self_subject_review, c.V1SelfSubjectReview())
+        except ApiException:  # refused (403) or failed: the access reviews still name whom they checked
+            return "", []
         info = review.status.user_info if review is not None and review.status else None
         return (info.username or "", list(info.groups or [])) if info else ("", [])
 
@@ -431,7 +437,8 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
     cluster = Cluster(conn)
     try:
         user, groups = cluster.identity()
-        who = user or f"the kubeconfig's user (context {conn.context}; the API server does not say who: before 1.28)"
+        who = user or (f"the kubeconfig's user (context {conn.context}; the API server does not say who: before "
+                       "1.28, or SelfSubjectReviews refused)")
         lines = [Line(True, f"Kubernetes API at {conn.server} answers ({conn.where}), as {who}; the run's namespace "
                             f"{namespace}")]
         installed = {}

@@ -308,9 +308,10 @@ def test_the_job_namespace_holds_the_local_queue_and_the_workers_secrets(capsys,
     assert lines[-1].endswith("jobsets.jobset.x-k8s.io in gpu-jobs")
 
 
-def test_an_api_server_before_1_28_names_the_kubeconfig_user(capsys, config, kfp, cluster):
+@pytest.mark.parametrize("review", [False, "forbidden"], ids=["before-1.28", "refused"])
+def test_without_self_subject_review_it_names_the_kubeconfig_user(capsys, config, kfp, cluster, review):
     url, state, kubeconfig = cluster
-    state.self_subject_review = False
+    state.self_subject_review = review
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 0, lines
     assert "as the kubeconfig's user (context fixture;" in lines[1]
