@@ -64,8 +64,9 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
 
 
 def test_run_with_a_gs_source_and_no_google_credentials(tmp_path):
-    out = gpupipe(scrubbed_env(tmp_path / "home"), "run", str(CONFIG), "--data-source", "gs://gpupipe-data/penguins.csv",
-                  "--runs-dir", str(tmp_path / "runs"), "--serving-base", str(tmp_path / "serving"))
+    out = gpupipe(scrubbed_env(tmp_path / "home"), "run", str(CONFIG), "--data-source",
+                  "gs://gpupipe-data/penguins.csv", "--runs-dir", str(tmp_path / "runs"), "--serving-base",
+                  str(tmp_path / "serving"))
     line = one_error_line(out)
     assert line == f"error: gs://gpupipe-data/penguins.csv: no Google credentials found; {GOOGLE_FIX} gpupipe-data"
     assert not (tmp_path / "serving").exists()

@@ -10,10 +10,11 @@ downloads) are called inside that Retry with the library's own retry off, becaus
 google-cloud-storage hands a Retry given to them to google-resumable-media as a strategy
 of times only (its predicate, our bound of attempts and our count would be lost): such an
 operation is repeated whole. A read stream reads the listed generation by ranges, each
-range retried on its own (a broken read resumes where it broke). Writes are retried too: an unconditional write puts the whole object (a replay
-leaves the same bytes), and a conditional one that finds, on its replay, a 412 caused by
-its own first try (the object's `gpupipe-write` metadata names this write) has succeeded.
-`classify` turns what is left into one-line StorageErrors."""
+range retried on its own (a broken read resumes where it broke). Writes are retried too:
+an unconditional write puts the whole object (a replay leaves the same bytes), and a
+conditional one that finds, on its replay, a 412 caused by its own first try (the
+object's `gpupipe-write` metadata names this write) has succeeded. `classify` turns what
+is left into one-line StorageErrors."""
 from __future__ import annotations
 
 import functools
@@ -274,6 +275,6 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if transport or isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError,
                                      requests.exceptions.ChunkedEncodingError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}); check the network and the endpoint "
-            f"({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}); check the network and the "
+            f"endpoint ({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
     return None

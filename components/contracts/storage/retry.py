@@ -85,7 +85,8 @@ def policy() -> Policy:
     """The bounds in effect (read from the environment each time: cheap, and a test or a
     task may change them)."""
     return Policy(int(_number(ATTEMPTS_ENV, DEFAULT_ATTEMPTS, int)), _number(DEADLINE_ENV, DEFAULT_DEADLINE),
-                  _number(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT), _number(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT))
+                  _number(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT),
+                  _number(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT))
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -158,8 +159,9 @@ def connection_reason(err: BaseException) -> str:
     """What a connection-level failure was, in a few words (the clients nest their causes)."""
     text = str(err)
     for needle, said in (("Connection refused", "connection refused"),
-                         ("Could not connect to the endpoint URL", "no connection"), ("Read timed out", "no answer within the "
-                         "read timeout"), ("Read timeout", "no answer within the read timeout"),
+                         ("Could not connect to the endpoint URL", "no connection"),
+                         ("Read timed out", "no answer within the read timeout"),
+                         ("Read timeout", "no answer within the read timeout"),
                          ("Connect timeout", "no connection within the connect timeout"),
                          ("timed out", "timed out"), ("reset by peer", "connection reset"),
                          ("Connection aborted", "connection reset"), ("Name or service not known", "unknown host"),

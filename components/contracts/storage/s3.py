@@ -26,7 +26,8 @@ the client's `request-created` event. botocore retries a request until its answe
 headers; a body that breaks while streaming (a reset, a read timeout) is fetched again
 here, from where it broke for a range read, whole for a small object. A conditional write
 whose replay meets a 412 caused by its own lost first try (the object's `gpupipe-write`
-metadata names this write) has succeeded. `classify` turns what is left into one-line StorageErrors.
+metadata names this write) has succeeded. `classify` turns what is left into one-line
+StorageErrors.
 """
 from __future__ import annotations
 
@@ -359,8 +360,8 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
                         bx.ConnectionClosedError, bx.ProxyConnectionError, bx.HTTPClientError,
                         bx.ResponseStreamingError, bx.IncompleteReadError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}); check storage.s3.endpoint ({ENDPOINT_ENV}) and "
-            "the network, or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}); check storage.s3.endpoint "
+            f"({ENDPOINT_ENV}) and the network, or raise storage.retry.attempts"))
     import boto3.exceptions
 
     if isinstance(err, boto3.exceptions.S3UploadFailedError):  # upload_file wraps the ClientError in text
