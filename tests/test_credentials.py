@@ -124,3 +124,16 @@ def test_the_scrubbed_environment_reaches_nothing_but_loopback(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=scrubbed_env(tmp_path / "home"), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 3, out.stderr
+
+
+def test_a_task_without_google_credentials_fails_in_one_line_of_the_summary(tmp_path):
+    """Local data, a gs:// serving base: the run starts, and its first task that reads the
+    base (fingerprint) fails; the summary's one error line names the step, the URI and the
+    fix (the task's traceback stays in the run's log)."""
+    base = "gs://gpupipe-models/serving"
+    out = gpupipe(scrubbed_env(tmp_path / "home"), "run", str(CONFIG), "--serving-base", base, "--runs-dir",
+                  str(tmp_path / "runs"), timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stdout and "Traceback" not in out.stderr, out.stderr
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: fingerprint: {base}/penguins: no Google credentials found; {GOOGLE_FIX} "
+                      "gpupipe-models"], out.stdout
