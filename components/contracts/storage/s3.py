@@ -133,8 +133,9 @@ def _missing(err) -> bool:
 class _RangeReader(io.RawIOBase):
     """A seekable read-only view of one object by HTTP Range requests (Parquet seeks)."""
 
-    def __init__(self, bucket: str, key: str, size: int):
-        self.bucket, self.key, self.size, self.pos = bucket, key, size, 0
+    def __init__(self, uri: str, size: int):
+        self.uri, self.size, self.pos = uri, size, 0
+        self.bucket, self.key = split(uri)
 
     def readable(self) -> bool:
         return True
@@ -153,8 +154,7 @@ class _RangeReader(io.RawIOBase):
         if self.pos >= self.size or not len(buffer):
             return 0
         end = min(self.pos + len(buffer), self.size) - 1
-        data = _get_body(f"s3://{self.bucket}/{self.key}", Bucket=self.bucket, Key=self.key,
-                         Range=f"bytes={self.pos}-{end}")[0]
+        data = _get_body(self.uri, Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{end}")[0]
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -213,8 +213,7 @@ class S3Backend:
 
     def open_read(self, entry: Entry) -> BinaryIO:
         """A seekable stream of the object `entry` (its size from the listing or stat)."""
-        bucket, key = split(entry.uri)
-        return io.BufferedReader(_RangeReader(bucket, key, entry.size), buffer_size=READ_BLOCK)
+        return io.BufferedReader(_RangeReader(entry.uri, entry.size), buffer_size=READ_BLOCK)
 
     def read_versioned(self, uri: str):
         bucket, key = split(uri)
