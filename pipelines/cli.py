@@ -29,17 +29,18 @@ def compiled_path(config: PipelineConfig, output_dir: Path = COMPILED_DIR) -> Pa
     return output_dir / f"{config.name}.yaml"
 
 
-def compile_to_text(config: PipelineConfig) -> str:
-    """The KFP pipeline YAML for `config`, as the kfp compiler writes it."""
+def compile_to_text(config: PipelineConfig, scoring: bool = False) -> str:
+    """The KFP pipeline YAML for `config` (`scoring`: its scoring pipeline), as the kfp compiler
+    writes it."""
     import tempfile
 
     from kfp import compiler
 
-    from pipelines.factory import create_pipeline
+    from pipelines.factory import create_pipeline, create_scoring_pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "pipeline.yaml"
-        compiler.Compiler().compile(create_pipeline(config), str(out))
+        compiler.Compiler().compile(create_scoring_pipeline(config) if scoring else create_pipeline(config), str(out))
         return out.read_text(encoding="utf-8")
 
 
@@ -57,8 +58,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     stale = []
     for path in _config_paths(args.configs):
         config = load_config(path)
-        text = compile_to_text(config)
+        text = compile_to_text(config, scoring=args.scoring)
         target = compiled_path(config, output_dir)
+        if args.scoring:
+            target = target.with_name(f"{config.name}-scoring.yaml")
         if args.check:
             current = target.read_text(encoding="utf-8") if target.is_file() else None
             if current != text:
@@ -111,6 +114,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                         warm=False if args.cold else None, cache=not args.no_cache)
     print(summary.render())
     return 0 if summary.ok else 1
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from components.contracts.settings import Columns
+    from components.predict.logic import predict, summary
+    from pipelines.local_run import resolve_local_path
+
+    config = load_config(args.config)
+    data = config.data
+    result = predict(source=resolve_local_path(args.data), data_format=data.format, columns=Columns.part_of(data),
+                     serving_base=resolve_local_path(args.serving_base or config.serving.base),
+                     model_name=config.serving.model_name, output=resolve_local_path(args.output),
+                     version=args.version, key=args.key or data.split.key, na_values=data.na_values,
+                     engine=args.engine, beam_pipeline_args=data.beam_pipeline_args)
+    print(summary(result))
+    return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -437,7 +456,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit 1, naming the file, when a compiled file is stale")
     p.add_argument("--diff", action="store_true", help="with --check: print the difference")
     p.add_argument("--output-dir", default=str(COMPILED_DIR))
+    p.add_argument("--scoring", action="store_true", help="compile each config's scoring pipeline instead "
+                                                          "(<name>-scoring.yaml: batch predictions with the served "
+                                                          "version, to schedule like any pipeline)")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("predict", help="score a table with a served version: one prediction per row, in order, with "
+                                       "the key column (CSV or JSON lines)")
+    p.add_argument("config")
+    p.add_argument("--data", required=True, help="the table: a path, directory, glob, gs:// or s3:// URI")
+    p.add_argument("--output", required=True, help="where the predictions go: a .csv or .jsonl path or URI")
+    p.add_argument("--version", default="stable", help="stable (default: what serving serves) or a version number")
+    p.add_argument("--serving-base", help="override serving.base")
+    p.add_argument("--key", help="the column naming each row (default: data.split.key; none: the row's number)")
+    p.add_argument("--engine", choices=["local", "beam"], default="local",
+                   help="beam: an Apache Beam job on data.beam_pipeline_args (default: the DirectRunner)")
+    p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("run", help="run the pipeline end to end on this machine (kfp.local)")
     p.add_argument("config")

@@ -283,3 +283,30 @@ def _steps(config: PipelineConfig, local: bool, data_source, epochs, eval_thresh
     for step, task in shapes.items():
         apply_pod_shape(task, pods.step_shape(config, step))
     apply_pod_shape(train_task, pods.launcher_shape(config) if launch else pods.training_shape(config))
+
+
+def create_scoring_pipeline(config: PipelineConfig):
+    """The scoring pipeline (`gpupipe compile --scoring`): one task that scores the data with
+    the served version (components/predict), scheduled like any pipeline. Its parameters: the
+    data, the serving base, the output (.csv or .jsonl) and the version (stable or N)."""
+    import json
+
+    from components.predict.component import make_predict_op
+
+    defaults = cluster_locations(config)
+    predict_op = make_predict_op(config.images.cpu_image)
+    data = config.data
+
+    @dsl.pipeline(name=f"{config.name}-scoring", pipeline_root=config.pipeline_root,
+                  description=f"gpupipe scoring with the served {config.serving.model_name}")
+    def scoring(data_source: str = defaults[P_DATA_SOURCE], serving_base: str = defaults[P_SERVING_BASE],
+                output: str = f"{defaults[P_SERVING_BASE]}/predictions/{config.serving.model_name}.jsonl",
+                version: str = "stable"):
+        task = predict_op(source=data_source, data_format=data.format, columns=Columns.part_of(data).model_dump_json(),
+                          serving_base=serving_base, model_name=config.serving.model_name, output=output,
+                          version=version, key=data.split.key or "", na_values=json.dumps(list(data.na_values)),
+                          engine="beam" if data.engine == "beam" else "local",
+                          beam_pipeline_args=json.dumps(list(data.beam_pipeline_args)))
+        task.set_display_name("Score with the served model").set_caching_options(False)
+        apply_pod_shape(task, pods.step_shape(config, names.EVALUATE))  # the resources that score the eval split
+    return scoring

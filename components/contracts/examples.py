@@ -47,3 +47,38 @@ def read_manifest(examples_dir: str) -> Optional[dict]:
     """The manifest ingest wrote, or None for examples from elsewhere."""
     text = storage.read_text(manifest_path(examples_dir))
     return None if text is None else json.loads(text)
+
+
+# -- Arrow batches as tf.Example: what ingest writes and what the serving_examples signature takes
+def _as_list_column(array):
+    """Scalar column -> list column (what the tf.Example encoder and TFDV take); null ->
+    null list, which encodes as a feature with no values (missing)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
+    values = array.drop_null()
+    if pa.types.is_string(values.type):
+        values = values.cast(pa.binary())
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid))
+
+
+def as_list_batch(batch):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([_as_list_column(c) for c in batch.columns], batch.schema.names)
+
+
+def encode_examples(batch, lists=None) -> list:
+    """A record batch as serialized tf.train.Example (tfx_bsl's Arrow encoder), its columns
+    under the names the SavedModel takes (safe_name)."""
+    import pyarrow as pa
+    from tfx_bsl.coders import example_coder
+
+    from components.contracts.settings import safe_name
+
+    lists = lists if lists is not None else as_list_batch(batch)
+    lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
+    return example_coder.RecordBatchToExamples(lists)

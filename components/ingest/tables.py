@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import ingest_statistics_path, manifest_path
+from components.contracts.examples import as_list_batch, encode_examples, ingest_statistics_path, manifest_path
 from components.contracts.settings import safe_name
 from components.contracts.statistics import write_statistics
 from components.sources import readers
@@ -63,28 +63,6 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
                                        list(columns)).to_pandas()
     hashes = pd.util.hash_pandas_object(frame, index=False, hash_key=_HASH_KEY.ljust(16)[:16]).to_numpy()
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
-
-
-def _as_list_column(array: pa.Array) -> pa.Array:
-    """Scalar column -> list column (what the tf.Example encoder and TFDV take); null ->
-    null list, which encodes as a feature with no values (missing)."""
-    valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
-    offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
-    values = array.drop_null()
-    if pa.types.is_string(values.type):
-        values = values.cast(pa.binary())
-    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid))
-
-
-def as_list_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([_as_list_column(c) for c in batch.columns], batch.schema.names)
-
-
-def encode_examples(batch: pa.RecordBatch, lists: Optional[pa.RecordBatch] = None) -> List[bytes]:
-    """Encodes a record batch as serialized tf.train.Example with tfx_bsl's Arrow encoder."""
-    from tfx_bsl.coders import example_coder
-
-    return example_coder.RecordBatchToExamples(lists if lists is not None else as_list_batch(batch))
 
 
 def check_finite(batch: pa.RecordBatch, numeric: List[str], uri: str) -> None:

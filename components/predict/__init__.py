@@ -1,0 +1,1 @@
+"""predict: batch scoring of a table with a served version, through its serving_examples signature."""
