@@ -22,7 +22,8 @@ from typing import Dict, List
 ROOT = Path(__file__).resolve().parents[1]
 # requirements.in's tests and local fixtures: nothing under components/ or pipelines/ imports them
 TEST_ONLY = ("pytest", "pytest-xdist", "gcp-storage-emulator", "kubernetes-validate", "moto", "flask", "flask-cors",
-             "mkdocs", "mkdocs-material")
+             "mkdocs", "mkdocs-material",
+             "lightgbm", "statsmodels")
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)(?:\[[^\]]*\])?==\S+ \\\n(?:    .*\n)+", re.M)
 
 
