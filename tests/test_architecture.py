@@ -104,7 +104,7 @@ def test_the_scheme_check_fails_on_a_deliberate_branch(tmp_path, line):
 
 
 def test_steps_stand_side_by_side_on_shared_contracts():
-    assert steps(ROOT / "components") == ["evaluate", "fingerprint", "ingest", "notify", "push", "report", "train", "validate"]
+    assert steps(ROOT / "components") == ["evaluate", "fingerprint", "ingest", "notify", "predict", "push", "report", "train", "validate"]
     assert violations(ROOT) == []
 
 

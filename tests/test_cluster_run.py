@@ -36,6 +36,9 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         if scheme == "s3":  # the store's settings, compiled into every task's environment
             raw["storage"] = {"s3": {"endpoint": os.environ["AWS_ENDPOINT_URL_S3"], "region": "us-east-1"}}
         del raw["pipeline_root"]  # kfp.local keeps artifacts on local disk; the test gives it a directory
+        # No GPU here: the train task trains in its own pod (with a GPU it launches a JobSet,
+        # tests/test_jobset_restarts.py)
+        raw["training"].update(gpus=0, accelerator=None)
         config = tmp_path / "penguins-cluster.yaml"
         config.write_text(yaml.safe_dump(raw))
         compiled = subprocess.run([sys.executable, "-m", "pipelines.cli", "compile", str(config), "--output-dir",

@@ -78,14 +78,15 @@ def test_no_key_reaches_the_yaml_even_when_the_compiling_shell_has_them(monkeypa
 
 @pytest.fixture(scope="module")
 def ceph_ctr(ctr_config):
-    """The multi-worker example on Ceph RGW behind TLS, and its train task compiled with one
-    worker (compiled once for both launchers)."""
+    """The multi-worker example on Ceph RGW behind TLS, and its train task compiled to train in
+    its own pod (one worker, launcher: pod; compiled once for both launchers)."""
     raw = ctr_config.model_dump(exclude_none=True)
     raw["storage"] = {"s3": {"endpoint": "https://rgw.ceph.internal:7480", "region": "eu-1",
                              "credentials_secret": "ceph-keys"}}
     raw["cluster"]["serving_base"] = "s3://models/serving"
     config = parse_config(raw)
-    single = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
+    single = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1,
+                                                                                       "launcher": "pod"})})
     return config, list(yaml.safe_load_all(compile_to_text(single)))
 
 

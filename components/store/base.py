@@ -98,6 +98,8 @@ class ServingStore:
     def _copy_in(self, model_dir: str, target: str) -> None:
         try:
             storage.put_tree(model_dir, target, last=SAVED_MODEL_PB)
+        except storage.StorageError:  # the store refused or failed (credentials, permission, throttled): as it says
+            raise
         except GpupipeError:
             raise GpupipeError(f"serving.base: {target} already exists though its number was claimed by this "
                                "push; something else writes there, remove it") from None
