@@ -66,12 +66,10 @@ def test_a_new_learning_rate_trains_again(runs):
     assert statuses(new_rate)["ingest"] == "CACHED"
 
 
-def test_a_run_that_failed_at_push_resumes_without_training_again(runs):
+def test_a_run_that_failed_at_push_resumes_without_training_again(runs, capsys):
     """The fault: models.config under the serving base is a folder, so push cannot write it.
     Mended, `gpupipe resume RUN_DIR` reruns with the run's own config and parameters."""
-    import subprocess
-    import sys
-
+    from pipelines.cli import main
     from pipelines.local_run import run_local
 
     tmp_path, *_ = runs
@@ -85,13 +83,14 @@ def test_a_run_that_failed_at_push_resumes_without_training_again(runs):
         == str(serving)
     shutil.rmtree(serving / "models.config")
 
-    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "resume", failed.run_dir, "--quiet"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()[1:8]}
+    capsys.readouterr()
+    code = main(["resume", failed.run_dir, "--quiet"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    lines = {line.split()[0]: line.split()[1] for line in out.out.splitlines()[1:8]}
     assert lines == {"fingerprint": "SUCCESS", "ingest": "CACHED", "validate": "CACHED", "train": "CACHED",
-                     "evaluate": "CACHED", "push": "SUCCESS", "report": "SUCCESS"}, out.stdout
-    assert f"pushed version 1: {serving}/penguins/1" in out.stdout
+                     "evaluate": "CACHED", "push": "SUCCESS", "report": "SUCCESS"}, out.out
+    assert f"pushed version 1: {serving}/penguins/1" in out.out
     assert (serving / "penguins" / "1" / "saved_model.pb").is_file()
 
 

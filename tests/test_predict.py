@@ -4,8 +4,6 @@ same classes as the model's other signature (serving_default, raw features) give
 same output from Beam's DirectRunner as from the local engine; the scoring pipeline compiles."""
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,20 +24,29 @@ def served(tmp_path_factory, penguin_model):
     return base
 
 
-def predict(tmp_path, served, output: str, *extra):
-    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "predict", "configs/penguins.yaml", "--data",
-                          str(PENGUINS), "--output", str(tmp_path / output), "--serving-base", str(served), *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+def gpupipe(capsys, *args) -> tuple:
+    """`gpupipe ARGS` as the command runs it (in this process: TensorFlow is imported once)."""
+    from pipelines.cli import main
+
+    capsys.readouterr()
+    code = main([*args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_every_row_gets_the_class_the_serving_signature_gives(tmp_path, served):
+def predict(capsys, tmp_path, served, output: str, *extra):
+    code, out, err = gpupipe(capsys, "predict", str(ROOT / "configs" / "penguins.yaml"), "--data", str(PENGUINS),
+                             "--output", str(tmp_path / output), "--serving-base", str(served), *extra)
+    assert code == 0, err[-3000:]
+    return out
+
+
+def test_every_row_gets_the_class_the_serving_signature_gives(tmp_path, served, capsys):
     import numpy as np
     import pandas as pd
     import tensorflow as tf
 
-    said = predict(tmp_path, served, "penguins.csv")
+    said = predict(capsys, tmp_path, served, "penguins.csv")
     rows = list(csv.DictReader(open(tmp_path / "penguins.csv")))
     table = pd.read_csv(PENGUINS)
     assert said.strip() == f"predict: {len(table)} rows scored with version 1 (local) -> {tmp_path / 'penguins.csv'}"
@@ -62,9 +69,9 @@ def test_every_row_gets_the_class_the_serving_signature_gives(tmp_path, served):
     assert len(complete) < len(table)  # rows with missing values were scored too (imputed in the graph)
 
 
-def test_beams_directrunner_writes_the_same_predictions(tmp_path, served):
-    predict(tmp_path, served, "local.jsonl")
-    said = predict(tmp_path, served, "beam.jsonl", "--engine", "beam")
+def test_beams_directrunner_writes_the_same_predictions(tmp_path, served, capsys):
+    predict(capsys, tmp_path, served, "local.jsonl")
+    said = predict(capsys, tmp_path, served, "beam.jsonl", "--engine", "beam")
     assert "(beam)" in said
     local = [json.loads(line) for line in open(tmp_path / "local.jsonl")]
     beam = [json.loads(line) for line in open(tmp_path / "beam.jsonl")]
@@ -72,14 +79,13 @@ def test_beams_directrunner_writes_the_same_predictions(tmp_path, served):
     assert all(abs(a["probabilities_Gentoo"] - b["probabilities_Gentoo"]) < 1e-6 for a, b in zip(local, beam))
 
 
-def test_a_missing_version_or_output_format_is_one_line(tmp_path, served):
+def test_a_missing_version_or_output_format_is_one_line(tmp_path, served, capsys):
     for extra, message in ((["--version", "7", "--output", str(tmp_path / "p.csv")], "--version 7: "),
                            (["--output", str(tmp_path / "p.parquet")], "write predictions to a .csv or .jsonl")):
-        out = subprocess.run([sys.executable, "-m", "pipelines.cli", "predict", "configs/penguins.yaml", "--data",
-                              str(PENGUINS), "--serving-base", str(served), *extra], cwd=ROOT, capture_output=True,
-                             text=True)
-        assert out.returncode == 1 and "Traceback" not in out.stderr
-        (line,) = out.stderr.strip().splitlines()
+        code, _, err = gpupipe(capsys, "predict", str(ROOT / "configs" / "penguins.yaml"), "--data", str(PENGUINS),
+                               "--serving-base", str(served), *extra)
+        assert code == 1 and "Traceback" not in err
+        (line,) = err.strip().splitlines()
         assert line.startswith("error: ") and message in line
     assert not (tmp_path / "p.csv").exists()
 
