@@ -200,6 +200,19 @@ class PipelineConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _one_key_for_the_training_pods(self) -> "PipelineConfig":
+        # training.cpu / memory set the training pods' request and limit; cluster.resources.train
+        # would set the same numbers under another key, and one would silently win.
+        override = self.cluster.resources.get("train")
+        given = override.model_dump(exclude_unset=True, exclude_none=True) if override else {}
+        for field in ("cpu", "memory"):
+            clash = [key for key in (field, f"{field}_limit") if key in given]
+            if getattr(self.training, field) and clash:
+                raise ValueError(f"training.{field} and cluster.resources.train.{clash[0]} both set the training pods' "
+                                 f"{field}; keep one: training.{field} (remove cluster.resources.train.{clash[0]})")
+        return self
+
+    @model_validator(mode="after")
     def _slices_are_categorical(self) -> "PipelineConfig":
         unknown = [s for s in self.evaluation.slices if s not in self.data.categorical_features]
         if unknown:

@@ -216,3 +216,16 @@ def test_a_config_error_quoting_a_newline_or_500_characters_stays_one_line(edit,
     assert text.startswith("configs/penguins.yaml: " + start), text
     assert "\n" not in text and "\r" not in text and "\t" not in text
     assert len(text) < 400, len(text)
+
+
+@pytest.mark.parametrize("key", ["cpu", "cpu_limit"])
+def test_train_cpu_set_in_two_places_is_refused_naming_both_keys(key):
+    raw = penguins()
+    raw["training"]["cpu"] = "4"
+    raw.setdefault("cluster", {})["resources"] = {"train": {key: "8"}}
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    assert str(err.value) == (f"configs/penguins.yaml: training.cpu and cluster.resources.train.{key} both set the "
+                              f"training pods' cpu; keep one: training.cpu (remove cluster.resources.train.{key})")
+    del raw["training"]["cpu"]  # one key: fine
+    assert parse_config(raw).cluster.resources["train"].model_dump(exclude_unset=True) == {key: "8"}
