@@ -216,13 +216,11 @@ def _refused(what: str, err, fix: str) -> Line:
 
 def launcher_kind(config) -> Optional[str]:
     """"jobset" or "tfjob" when the train task launches a job for the workers; None when it
-    trains in its own pod. The compiled pipeline's own rule (pipelines/factory.py launched),
-    else, where factory has none, its older one: a job for more than one worker."""
-    from pipelines import factory
+    trains in its own pod (CPU training, or training.launcher pod): the compiled pipeline's own
+    rule, pipelines/factory.py launched."""
+    from pipelines.factory import launched
 
-    launched = getattr(factory, "launched", None)
-    used = launched(config) if launched else config.training.workers > 1
-    return config.training.launcher if used else None
+    return config.training.launcher if launched(config) else None
 
 
 def needed_crds(config, serving: str) -> List[Tuple[str, tuple, str]]:

@@ -392,18 +392,18 @@ def _penguins(tmp_path, **training) -> str:
     return str(path)
 
 
-def test_training_in_the_task_pod_needs_no_launcher(capsys, kfp, cluster, tmp_path):
-    """configs/penguins.yaml on CPUs trains in the task's own pod: no JobSet, no queue, no RBAC check."""
+@pytest.mark.parametrize("training", [{"gpus": 0, "accelerator": None}, {"launcher": "pod"}], ids=["cpu", "pod"])
+def test_training_in_the_task_pod_needs_no_launcher(capsys, kfp, cluster, tmp_path, training):
+    """configs/penguins.yaml on CPUs, or with launcher: pod, trains in the task's own pod: no
+    JobSet, no queue, no RBAC check."""
     url, state, kubeconfig = cluster
     state.crds.clear()
-    code, lines, _ = doctor(capsys, _penguins(tmp_path, gpus=0, accelerator=None), kfp.url, kubeconfig, "--serving", "none")
+    code, lines, _ = doctor(capsys, _penguins(tmp_path, **training), kfp.url, kubeconfig, "--serving", "none")
     assert code == 0, lines
     assert [line.split(" ")[1] for line in lines] == ["KFP", "Kubernetes", "Secret", "image"]
     assert not [r for r in state.requests if "customresourcedefinitions" in r[1] or "accessreviews" in r[1]]
 
 
-@pytest.mark.skipif(not hasattr(__import__("pipelines.factory").factory, "launched"),
-                    reason="the compiled pipeline launches a job only for more than one worker")
 def test_one_gpu_worker_runs_as_a_jobset(capsys, kfp, cluster, tmp_path):
     """GPU training on one worker is a JobSet too (pipelines/factory.py launched): its CRD and verbs."""
     url, state, kubeconfig = cluster
