@@ -158,19 +158,12 @@ def quiet_kfp_local():
         root.removeFilter(keep)
 
 
-@contextlib.contextmanager
 def tasks_in_pods(handler):
-    """kfp.local's SubprocessRunner dispatches to `subprocess_task_handler.SubprocessTaskHandler`,
-    looked up when each task starts (kfp 2.13 task_dispatcher); for the run, that name is the
-    pod handler."""
-    from kfp.local import subprocess_task_handler
+    """For the run, kfp.local's SubprocessRunner runs its tasks through the pod handler
+    (components/contracts/compat.py)."""
+    from components.contracts.compat import kfp_local_task_handler
 
-    original = subprocess_task_handler.SubprocessTaskHandler
-    subprocess_task_handler.SubprocessTaskHandler = handler
-    try:
-        yield
-    finally:
-        subprocess_task_handler.SubprocessTaskHandler = original
+    return kfp_local_task_handler(handler)
 
 
 def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:

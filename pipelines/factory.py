@@ -8,12 +8,10 @@ recompiling. Every task takes its pod shape from pipelines/pods.py. Nothing here
 files, the environment or the network.
 """
 
-import inspect
-
 from kfp import dsl, kubernetes
-from kfp.dsl import pipeline_task as _kfp_pipeline_task
 
 from components.contracts import names
+from components.contracts.compat import kfp_setters_without_source
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import PodShape
 from components.contracts.settings import Columns
@@ -31,23 +29,6 @@ from pipelines import pods
 from pipelines.config import PipelineConfig
 
 
-class _CallerNamesWithoutSource:
-    """kfp 2.13's PipelineTask checks every resource setter (set_cpu_request, set_memory_limit,
-    ...) with `inspect.stack()[1][3]`, the caller's name for an error message. `inspect.stack()`
-    reads each frame's source lines, which looks each frame up among all loaded modules: in a
-    process that imported TensorFlow (a test worker, a notebook) compiling one pipeline took
-    about 4 s, 12.3 s of 15 s for three compiles under cProfile. The same frames without source
-    lines (`inspect.stack(0)`) give the same name. Only kfp's pipeline_task module sees this."""
-
-    def __getattr__(self, name):
-        return getattr(inspect, name)
-
-    @staticmethod
-    def stack(context: int = 1):
-        return inspect.stack(0)
-
-
-_kfp_pipeline_task.inspect = _CallerNamesWithoutSource()
 
 # Pipeline parameter names: the fields of the Kubeflow run form, and what local runs override.
 P_DATA_SOURCE = "data_source"
@@ -177,6 +158,11 @@ def create_pipeline(config: PipelineConfig, local: bool = False):
     defaults are the cluster locations) or, `local`, for kfp.local."""
     defaults = run_parameters(config, local=local)
 
+    with kfp_setters_without_source():  # @dsl.pipeline runs the body here, where the tasks' setters are called
+        return _pipeline(config, local, defaults)
+
+
+def _pipeline(config: PipelineConfig, local: bool, defaults: dict):
     @dsl.pipeline(name=config.name, description=config.description or f"gpupipe pipeline {config.name}",
                   pipeline_root=None if local else config.pipeline_root)
     def pipeline(
@@ -297,16 +283,17 @@ def create_scoring_pipeline(config: PipelineConfig):
     predict_op = make_predict_op(config.images.cpu_image)
     data = config.data
 
-    @dsl.pipeline(name=f"{config.name}-scoring", pipeline_root=config.pipeline_root,
-                  description=f"gpupipe scoring with the served {config.serving.model_name}")
-    def scoring(data_source: str = defaults[P_DATA_SOURCE], serving_base: str = defaults[P_SERVING_BASE],
-                output: str = f"{defaults[P_SERVING_BASE]}/predictions/{config.serving.model_name}.jsonl",
-                version: str = "stable"):
-        task = predict_op(source=data_source, data_format=data.format, columns=Columns.part_of(data).model_dump_json(),
-                          serving_base=serving_base, model_name=config.serving.model_name, output=output,
-                          version=version, key=data.split.key or "", na_values=json.dumps(list(data.na_values)),
-                          engine="beam" if data.engine == "beam" else "local",
-                          beam_pipeline_args=json.dumps(list(data.beam_pipeline_args)))
-        task.set_display_name("Score with the served model").set_caching_options(False)
-        apply_pod_shape(task, pods.step_shape(config, names.EVALUATE))  # the resources that score the eval split
+    with kfp_setters_without_source():  # the body runs at decoration: the task's setters
+        @dsl.pipeline(name=f"{config.name}-scoring", pipeline_root=config.pipeline_root,
+                      description=f"gpupipe scoring with the served {config.serving.model_name}")
+        def scoring(data_source: str = defaults[P_DATA_SOURCE], serving_base: str = defaults[P_SERVING_BASE],
+                    output: str = f"{defaults[P_SERVING_BASE]}/predictions/{config.serving.model_name}.jsonl",
+                    version: str = "stable"):
+            task = predict_op(source=data_source, data_format=data.format, columns=Columns.part_of(data).model_dump_json(),
+                              serving_base=serving_base, model_name=config.serving.model_name, output=output,
+                              version=version, key=data.split.key or "", na_values=json.dumps(list(data.na_values)),
+                              engine="beam" if data.engine == "beam" else "local",
+                              beam_pipeline_args=json.dumps(list(data.beam_pipeline_args)))
+            task.set_display_name("Score with the served model").set_caching_options(False)
+            apply_pod_shape(task, pods.step_shape(config, names.EVALUATE))  # the resources that score the eval split
     return scoring

@@ -140,18 +140,16 @@ class TaskCache:
 
 @contextlib.contextmanager
 def caching_tasks(cache: Optional[TaskCache]):
-    """For a kfp.local run: its tasks go through the cache. kfp.local 2.13's task dispatcher
-    looks its SubprocessRunner's handler up as `subprocess_task_handler.SubprocessTaskHandler`
-    when each task starts (kfp/local/task_dispatcher.py); for the run, that name is a subclass
-    that restores or stores around the same run()."""
+    """For a kfp.local run: its tasks go through the cache, a subclass of kfp.local's handler
+    that restores or stores around the same run() (components/contracts/compat.py)."""
     if cache is None:
         yield
         return
-    from kfp.local import status, subprocess_task_handler
+    from kfp.local import status
 
-    original = subprocess_task_handler.SubprocessTaskHandler
+    from components.contracts.compat import kfp_local_subprocess_handler, kfp_local_task_handler
 
-    class CachingTaskHandler(original):
+    class CachingTaskHandler(kfp_local_subprocess_handler()):
         def run(self):
             meta = cache.restore(self.full_command)
             if meta is not None:
@@ -165,11 +163,8 @@ def caching_tasks(cache: Optional[TaskCache]):
                 cache.store(self.full_command, time.monotonic() - start)
             return result
 
-    subprocess_task_handler.SubprocessTaskHandler = CachingTaskHandler
-    try:
+    with kfp_local_task_handler(CachingTaskHandler):
         yield
-    finally:
-        subprocess_task_handler.SubprocessTaskHandler = original
 
 
 def saved_seconds(line: str) -> Dict[str, float]:

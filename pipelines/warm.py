@@ -37,8 +37,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict
-from unittest import mock
 
+from components.contracts.compat import patched_attribute, patched_environ
 from pipelines import warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
@@ -272,11 +272,11 @@ def warm_tasks(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
     shared = os.environ.get(SHIM_ENV, "")
     if shared and os.path.exists(shared) and os.environ.get(warm_client.SOCKET_ENV):
         # A server the calling environment already runs (a test session's): use it.
-        with mock.patch.object(sys, "executable", shared):
+        with patched_attribute(sys, "executable", shared):
             yield None
         return
-    with warm_server(preload, modules) as server, mock.patch.dict(os.environ, server.environment), \
-            mock.patch.object(sys, "executable", server.python):
+    with warm_server(preload, modules) as server, patched_environ(server.environment), \
+            patched_attribute(sys, "executable", server.python):
         yield server.process
 
 

@@ -270,10 +270,6 @@ def test_a_403_in_the_middle_of_a_push_leaves_no_partial_version(kind, tmp_path,
     assert record["versions"]["2"]["state"] == "failed" and states.labels(record) == {"stable": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="components/store/base.py ServingStore._copy_in turns every GpupipeError of "
-                                       "put_tree into 'already exists though its number was claimed', so a refused "
-                                       "upload reads as a name clash; it should let storage.StorageError through "
-                                       "(components/store is not this change's to edit)")
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
 def test_a_403_in_the_middle_of_a_push_says_access_was_denied(kind, tmp_path, monkeypatch):
     err, _, _, _ = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
