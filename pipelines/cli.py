@@ -186,6 +186,21 @@ def _config_and_serving_base(args: argparse.Namespace):
     return config, args.serving_base or config.serving.base
 
 
+def _storage_environment(args: argparse.Namespace):
+    """For a command on a config: the storage layer's settings of its `storage` section
+    (storage.s3, storage.retry) as the tasks get them, for the command's duration; a
+    variable already set in the shell wins."""
+    import contextlib
+
+    from components.contracts.compat import patched_environ
+
+    path = getattr(args, "config", None)
+    if not path or not Path(path).is_file() or Path(path).suffix not in (".yaml", ".yml"):
+        return contextlib.nullcontext()
+    wanted = load_config(path).storage.environment()
+    return patched_environ({k: v for k, v in wanted.items() if k not in os.environ})
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from components.store.served import preload, rollback, rollback_needs_loading
 
@@ -637,7 +652,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     _experiment_default(args)
     try:
-        return args.func(args)
+        with _storage_environment(args):
+            return args.func(args)
     except GpupipeError as err:  # bad input or a failed run: exit 1 (a malformed command line: argparse's 2)
         print(f"error: {err}", file=sys.stderr)
         return 1
