@@ -22,19 +22,11 @@ LAUNCHER = ("import json, sys\nfrom components.train.launch import Launch, run_t
             "print(run_training_job(Launch.from_json(sys.argv[1]), json.loads(sys.argv[2]), poll_seconds=0.1))\n")
 
 
-def kubeconfig(path, url):
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fixture",
-        "clusters": [{"name": "fixture", "cluster": {"server": url}}],
-        "contexts": [{"name": "fixture", "context": {"cluster": "fixture", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
-    return str(path)
-
-
 def test_a_jobset_killed_twice_resumes_from_its_backup_and_a_retried_launcher_reattaches(
         tmp_path, penguins_config, penguin_examples, penguin_validation):
     from components.train.launch import Launch, job_name
     from pipelines.factory import launch_json
+    from tests.fixtures.http import write_kubeconfig
     from tests.fixtures.jobset_controller import JobSetController
     from tests.fixtures.k8s_api import kubernetes_api
 
@@ -48,7 +40,7 @@ def test_a_jobset_killed_twice_resumes_from_its_backup_and_a_retried_launcher_re
                str(backup), "--report-dir", str(report)]
     (tmp_path / "scratch").mkdir()
     with kubernetes_api([[]]) as (url, cluster):
-        env = {**os.environ, "KUBECONFIG": kubeconfig(tmp_path / "kubeconfig", url), "PYTHONPATH": str(ROOT),
+        env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path / "kubeconfig", url), "PYTHONPATH": str(ROOT),
                "GPUPIPE_WORKFLOW": "penguins-run-7f3a9"}  # the run's Argo Workflow, by the downward API
 
         def launcher():
