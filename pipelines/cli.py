@@ -281,8 +281,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     import yaml
 
-    from pipelines.manifests import (kserve_base, kserve_cluster_notes, kserve_inference_service, kserve_s3_access,
-                                     launcher_rbac, tenant_manifests, tf_serving_manifests)
+    from pipelines.manifests import (kserve_base, kserve_cluster_notes, kserve_gcs_access, kserve_inference_service,
+                                     kserve_s3_access, launcher_rbac, tenant_manifests, tf_serving_manifests)
 
     config = load_config(args.config)
     if args.tenant:
@@ -303,6 +303,8 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
             stable, canary = releases(base, config.serving.model_name)
         access, steps = kserve_s3_access(config, base)
+        gcs_access, gcs_steps = kserve_gcs_access(config, base)
+        access, steps = [*access, *gcs_access], [*steps, *gcs_steps]
         mode = "RawDeployment" if args.raw_deployment else "Serverless"
         docs = [*access, kserve_inference_service(config, base, stable, canary, mode)]
         # what the user does to the Secret gpupipe never writes, and what the cluster needs (stdout stays the YAML)

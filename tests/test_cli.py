@@ -66,7 +66,8 @@ def test_compile_check_names_the_stale_file(tmp_path):
 def test_manifest_is_a_kserve_tensorflow_inference_service():
     out = gpupipe("manifest", "configs/penguins.yaml", "--serving-base", "gs://models-bucket/serving", "--version", "3")
     assert out.returncode == 0, out.stderr
-    manifest = yaml.safe_load(out.stdout)
+    account, manifest = yaml.safe_load_all(out.stdout)  # a private gs:// base: the key's Secret on the account
+    assert account["kind"] == "ServiceAccount" and account["secrets"] == [{"name": "gpupipe-gcs-key"}]
     assert manifest["apiVersion"] == "serving.kserve.io/v1beta1" and manifest["kind"] == "InferenceService"
     assert manifest["metadata"]["name"] == "penguins"
     model = manifest["spec"]["predictor"]["model"]

@@ -322,9 +322,55 @@ def test_gpupipe_manifest_prints_a_kserve_service_its_webhook_accepts(capsys, fl
     assert load_config(path).serving.autoscaling.metric == "cpu"
     assert main(["manifest", str(path), "--serving-base", "gs://b/serving", "--version", "2", *flags]) == 0
     out, err = capsys.readouterr()
-    (isvc,) = yaml.safe_load_all(out)
+    account, isvc = yaml.safe_load_all(out)  # the predictor's ServiceAccount lists the GCS key's Secret
+    assert account["kind"] == "ServiceAccount"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == mode
     assert kserve_autoscaling_refusal(isvc) == ""
-    # under Serverless, one line says what Knative needs for cpu; RawDeployment needs nothing more
+    # under Serverless, one line says what Knative needs for cpu; RawDeployment needs nothing more;
+    # and one how to add the key name KServe reads to the GCS Secret
     serverless = mode == "Serverless"
-    assert err.count("\n") == (1 if serverless else 0) and ("serving-hpa.yaml" in err) == serverless
+    notes = [line for line in err.splitlines() if "gcloud-application-credentials.json" not in line]
+    assert len(notes) == (1 if serverless else 0) and ("serving-hpa.yaml" in err) == serverless
+
+
+def kserve_gcs_credentials(account: dict, secrets: dict) -> str:
+    """The GCS key KServe's storage initializer would mount for a predictor running as
+    `account` (kserve v0.15.2 pkg/credentials/service_account_credentials.go,
+    CreateSecretVolumeAndEnv: of the Secrets the ServiceAccount lists, one holding the key
+    gcsCredentialFileName, default gcloud-application-credentials.json, pkg/credentials/gcs/
+    gcs_secret.go) as GOOGLE_APPLICATION_CREDENTIALS under /var/secrets/; "" when none does."""
+    for ref in account.get("secrets", []):
+        if "gcloud-application-credentials.json" in secrets.get(ref["name"], {}):
+            return "/var/secrets/gcloud-application-credentials.json"
+    return ""
+
+
+def test_kserve_reads_a_private_gs_base_as_a_service_account_listing_the_key_secret(capsys):
+    """The documented Secret holds key.json: KServe would find no credentials in it. The
+    manifest lists it on the predictor's ServiceAccount and says how to add the key KServe reads."""
+    import yaml
+
+    from pipelines.cli import main
+
+    assert main(["manifest", "configs/penguins.yaml", "--version", "1", "--serving-base",
+                 "gs://team-a-models/serving"]) == 0
+    out = capsys.readouterr()
+    account, service = list(yaml.safe_load_all(out.out))
+    assert account["kind"] == "ServiceAccount" and account["secrets"] == [{"name": "gpupipe-gcs-key"}]
+    assert service["spec"]["predictor"]["serviceAccountName"] == account["metadata"]["name"] == "penguins-gcs"
+    documented = {"gpupipe-gcs-key": {"key.json": "..."}}
+    assert kserve_gcs_credentials(account, documented) == ""  # why the note is needed
+    (note,) = [line for line in out.err.splitlines() if "gcloud-application-credentials.json" in line]
+    assert "--from-file=key.json=sa-key.json --from-file=gcloud-application-credentials.json=sa-key.json" in note
+    created_as_told = {"gpupipe-gcs-key": {"key.json": "...", "gcloud-application-credentials.json": "..."}}
+    assert kserve_gcs_credentials(account, created_as_told) == "/var/secrets/gcloud-application-credentials.json"
+
+
+def test_with_workload_identity_the_predictor_runs_as_the_named_account_and_no_secret_is_listed(penguins_config):
+    from pipelines.manifests import kserve_gcs_access
+
+    config = penguins_config.model_copy(update={"serving": penguins_config.serving.model_copy(
+        update={"service_account": "models-reader"})})
+    assert kserve_gcs_access(config, "gs://team-a-models/serving") == ([], [])
+    service = kserve_inference_service(config, "gs://team-a-models/serving", 1, None)
+    assert service["spec"]["predictor"]["serviceAccountName"] == "models-reader"
