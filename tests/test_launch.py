@@ -343,3 +343,41 @@ def test_a_retried_launcher_adopts_the_running_job_and_replaces_a_failed_one(ctr
         create_or_adopt(api, foreign, *args)
         with pytest.raises(GpupipeError, match="exists and is not gpupipe's; delete it"):
             create_or_adopt(api, manifest, *args)
+
+
+def test_the_launcher_takes_its_job_to_completion_through_a_flaky_api(ctr_config):
+    """The API FIXTURE answers 503 and drops the connection on create, then 500, a dropped
+    connection and 429 while the job is followed: each is tried again, and the job is
+    created once and followed to its end."""
+    from components.train.launch import run_training_job
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed"}]
+    with kubernetes_api([RUNNING, RUNNING, done]) as (url, cluster):
+        cluster.faults = [("POST", 503), ("POST", 0), ("GET", 500), ("GET", 0), ("GET", 429)]
+        reason = run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
+    assert reason == "AllJobsCompleted: jobset completed"
+    assert [m for m, _ in cluster.requests].count("POST") == 3 and len(cluster.objects) == 1
+    assert cluster.faults == [] and cluster.deleted == []
+
+
+def test_a_job_that_exists_on_create_is_adopted_and_an_api_that_stays_down_is_one_line(ctr_config, monkeypatch):
+    from components.train import launch as launcher
+    from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
+
+    manifest = job_manifest(ctr_launch(ctr_config), "gpupipe-train-run9", "team-a", COMMAND)
+    done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed"}]
+    with kubernetes_api([done]) as (url, cluster):
+        cluster.objects[("team-a", "jobsets", "gpupipe-train-run9")] = manifest  # the first attempt's, still there
+        cluster.faults = [("GET", 503)]
+        assert follow_job(manifest, custom_objects_api(url), poll_seconds=0.01) == "AllJobsCompleted: jobset completed"
+        assert [m for m, _ in cluster.requests][:1] == ["POST"] and len(cluster.objects) == 1
+
+    monkeypatch.setattr(launcher, "API_ATTEMPTS", 3)
+    with kubernetes_api([done]) as (url, cluster):
+        cluster.faults = [("POST", 503)] * 3
+        with pytest.raises(GpupipeError) as err:
+            launcher.create_or_adopt(custom_objects_api(url), manifest, "jobset.x-k8s.io", "v1alpha2", "jobsets",
+                                     attempts=1)
+    assert str(err.value).startswith("training: the Kubernetes API failed 3 times while the launcher created "
+                                     "JobSet team-a/gpupipe-train-run9 (HTTP 503")

@@ -136,6 +136,36 @@ def job_state(job: dict) -> tuple[str, str]:
     return (latest[-1].get("type", "Pending"), latest[-1].get("message", "")) if latest else ("Pending", "")
 
 
+TRANSIENT_STATUS = (429, 500, 502, 503, 504)  # the API server busy, restarting or behind a flaky proxy
+API_ATTEMPTS = 8
+
+
+def with_retries(call, what: str, attempts: Optional[int] = None, first_wait: float = 0.5):
+    """`call()`, tried again with jittered backoff (0.5 s doubling, at most 15 s) when the
+    Kubernetes API answers 429/5xx or the connection breaks or times out; GpupipeError in one
+    line when every try failed. Other answers (404, 409, 403) are the caller's to read."""
+    import random
+
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    attempts = attempts or API_ATTEMPTS
+    why = ""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ApiException as err:
+            if err.status not in TRANSIENT_STATUS:
+                raise
+            why = f"HTTP {err.status} {err.reason or ''}".strip()
+        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as err:
+            why = type(err).__name__
+        if attempt + 1 < attempts:
+            time.sleep(random.uniform(0.5, 1.0) * min(first_wait * 2 ** attempt, 15.0))
+    raise GpupipeError(f"training: the Kubernetes API failed {attempts} times while the launcher {what} ({why}); "
+                       "check the API server (kubectl get --raw /readyz) and retry the run")
+
+
 def create_or_adopt(api, manifest: dict, group: str, version: str, plural: str, attempts: int = 30) -> bool:
     """Creates the job; True. When it exists (409: an earlier attempt of this task made it,
     then lost its pod), follows that one instead; False. One that already failed is
@@ -145,13 +175,15 @@ def create_or_adopt(api, manifest: dict, group: str, version: str, plural: str, 
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     for _ in range(attempts):
         try:
-            api.create_namespaced_custom_object(group, version, namespace, plural, manifest)
+            with_retries(lambda: api.create_namespaced_custom_object(group, version, namespace, plural, manifest),
+                         f"created {manifest['kind']} {namespace}/{name}")
             return True
         except ApiException as err:
             if err.status != 409:
                 raise
         try:
-            existing = api.get_namespaced_custom_object(group, version, namespace, plural, name)
+            existing = with_retries(lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
+                                    f"read {manifest['kind']} {namespace}/{name}")
         except ApiException as err:
             if err.status == 404:  # deleted meanwhile: create again
                 continue
@@ -194,7 +226,9 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
     try:
         last = None
         while time.monotonic() < deadline:
-            state, reason = job_state(api.get_namespaced_custom_object(group, version, namespace, plural, name))
+            state, reason = job_state(with_retries(
+                lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
+                f"followed {kind} {namespace}/{name}"))
             if state != last:
                 print(f"{kind} {name}: {state} {reason}".rstrip(), flush=True)
                 last = state
@@ -214,8 +248,9 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if not finished:
-            api.delete_namespaced_custom_object(group, version, namespace, plural, name,
-                                                body={"propagationPolicy": "Foreground"})
+            with_retries(lambda: api.delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                                                     body={"propagationPolicy": "Foreground"}),
+                         f"deleted {kind} {namespace}/{name}")
             print(f"deleted {kind} {namespace}/{name}", flush=True)
 
 
