@@ -115,13 +115,15 @@ def input_cache_directory(cache: str, scratch_dir: str):
 
 
 def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
-                  steps_per_epoch: int = 1):
+                  steps_per_epoch: int = 1, target: str = "standardize"):
     """The configured family (or the custom builder) under the strategy, compiled with the
-    task's loss and metric."""
+    task's loss and metric. Regression: the head learns the target standardised (its
+    Rescaling by `specs`' label mean and deviation); with `target` log, `specs` carries
+    log(1 + y)'s, the loss is on that scale and the rmse metric in the label's units."""
     import tf_keras
 
     from components.train.accumulation import accumulate
-    from components.train.model import build_model, load_custom_builder
+    from components.train.model import LOG, LabelUnitsRMSE, build_model, load_custom_builder
 
     k = settings.gradient_accumulation_steps
     with strategy.scope():
@@ -131,7 +133,8 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
         learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
                                                settings.epochs * steps_per_epoch // k)
         if settings.task == "regression":
-            loss, metrics = tf_keras.losses.MeanSquaredError(), [tf_keras.metrics.RootMeanSquaredError(name="rmse")]
+            loss = tf_keras.losses.MeanSquaredError()
+            metrics = [LabelUnitsRMSE(LOG) if target == LOG else tf_keras.metrics.RootMeanSquaredError(name="rmse")]
         else:
             loss = tf_keras.losses.SparseCategoricalCrossentropy()
             metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
@@ -142,19 +145,47 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     return model
 
 
-def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool) -> None:
+def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target: str = "standardize") -> None:
     """Every worker takes part in the save (collective ops); only the chief's copy is kept,
     with the feature specs beside it."""
     import tensorflow as tf
 
     from components.train.model import export_saved_model
 
-    target = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
-    export_saved_model(model, specs, target)
+    path = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
+    export_saved_model(model, specs, path, target)
     if chief:
         write_feature_specs(specs, model_dir)
     else:
-        tf.io.gfile.rmtree(target)
+        tf.io.gfile.rmtree(path)
+
+
+def regression_target(specs: FeatureSpecs, train_stats, setting: str):
+    """(transform, why, the specs the network is built on): for a log target the label's
+    mean and deviation there are log(1 + y)'s, so the head's Rescaling standardises that."""
+    import dataclasses
+
+    from components.train.model import LOG, STANDARDIZE, choose_target_transform, log_target_moments
+
+    if specs.task != "regression":
+        return STANDARDIZE, "", specs
+    label_stats = feature_statistics(train_stats, specs.label)
+    transform, why = choose_target_transform(label_stats, setting)
+    if transform != LOG:
+        return transform, why, specs
+    mean, std = log_target_moments(label_stats)
+    return transform, why, dataclasses.replace(specs, label_mean=mean, label_std=std)
+
+
+def validation_slice(settings: TrainSettings, train_rows: int) -> int:
+    """The percent of the train split held out for early stopping: 0 without early stopping
+    or when the slice would have fewer than MIN_VALIDATION_ROWS rows."""
+    from components.train.settings import MIN_VALIDATION_ROWS
+
+    p = settings.validation_percent
+    if not settings.early_stopping or p <= 0 or train_rows * p / 100 < MIN_VALIDATION_ROWS:
+        return 0
+    return p
 
 
 def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
@@ -173,6 +204,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
     graph_code_without_autograph()
     s = settings
+    history_key = "rmse" if s.task == "regression" else "accuracy"
     tf_keras.utils.set_random_seed(s.seed)
     train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
     specs = specs_from_statistics(train_stats, columns.label, list(columns.numeric_features),
@@ -184,9 +216,12 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     global_batch = s.batch_size * replicas
     learning_rate = s.learning_rate * (replicas if s.scale_learning_rate else 1)
     train_rows = int(train_stats.num_examples)
+    target, target_why, model_specs = regression_target(specs, train_stats, s.target_transform)
+    held_out = validation_slice(s, train_rows)
+    fit_rows = max(1, round(train_rows * (100 - held_out) / 100))
     k = s.gradient_accumulation_steps
     # With accumulation an epoch is whole k-step windows (each applies one update).
-    steps_per_epoch = k * max(1, math.ceil(train_rows / (global_batch * k)))
+    steps_per_epoch = k * max(1, math.ceil(fit_rows / (global_batch * k)))
     scratch = scratch_directory(s.scratch_dir or "")
     estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
     cache = choose_input_cache(estimated, s.cache_budget_mb, s.disk_cache_budget_mb, scratch)
@@ -195,8 +230,15 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
               flush=True)
         dataset = make_dataset(examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=True,
                                seed=s.seed, repeat=True, cache=cache, cache_dir=cache_dir,
-                               shuffle_buffer=s.shuffle_buffer)
-        model = compile_model(specs, s, strategy, learning_rate, steps_per_epoch)
+                               shuffle_buffer=s.shuffle_buffer, validation_percent=held_out,
+                               part="train" if held_out else "all", target=target)
+        # The validation slice: held-out train rows (never the eval split), kept in memory
+        # after its first pass when the train split fits the memory budget.
+        validation = make_dataset(
+            examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=False, seed=s.seed,
+            cache=names.CACHE_MEMORY if cache == names.CACHE_MEMORY else names.CACHE_NONE,
+            validation_percent=held_out, part="validation", target=target) if held_out else None
+        model = compile_model(model_specs, s, strategy, learning_rate, steps_per_epoch, target)
 
         tf_config = os.environ.get("TF_CONFIG")
         chief = is_chief(tf_config)
@@ -207,11 +249,15 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             guard = PreemptionGuard(backup, strategy)
             callbacks += [backup, guard]
         callbacks += [resume, timer, Progress(s.epochs, steps_per_epoch // k, global_batch * k)]
+        stopper = None
         if s.early_stopping:
             stop = s.early_stopping
-            callbacks.append(tf_keras.callbacks.EarlyStopping(
-                monitor=stop.metric, mode="max" if stop.metric == "accuracy" else "min", patience=stop.patience,
-                min_delta=stop.min_delta, restore_best_weights=True, verbose=1))
+            metric = stop.metric if stop.metric == "loss" or stop.metric == history_key else "loss"
+            # A resumed run starts counting patience and best weights again from its resume.
+            stopper = tf_keras.callbacks.EarlyStopping(
+                monitor=("val_" if held_out else "") + metric, mode="max" if metric == "accuracy" else "min",
+                patience=stop.patience, min_delta=stop.min_delta, restore_best_weights=True, verbose=1)
+            callbacks.append(stopper)
         if log_dir and chief:
             callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch",
                                                             profile_batch=tuple(s.profile_steps or (0, 0))))
@@ -222,7 +268,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         try:
             with GpuSampler() as gpu:
                 history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                                    verbose=0)
+                                    validation_data=validation, verbose=0)
         finally:
             if guard:
                 guard.uninstall()
@@ -232,7 +278,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         if guard and guard.preempted:
             raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
 
-        export_model(model, specs, model_dir, chief)
+        export_model(model, specs, model_dir, chief, target)
         if backup and chief:
             backup.discard()  # the model is whole; a later retry need not resume
 
@@ -244,12 +290,18 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         gpus = len(tf.config.list_physical_devices("GPU"))
         gpu_hours = gpus * workers * seconds / 3600
         compute_p50 = compute_only_step_seconds(model, dataset, strategy) if workers == 1 else None
-        history_key = "rmse" if s.task == "regression" else "accuracy"
         return {
             "examples_per_second": round(steps_run * global_batch / seconds, 1) if seconds else None,
             "train_seconds": round(seconds, 2),
             "epochs": s.epochs,
             "epochs_run": len(history.history["loss"]),
+            "early_stopping_monitor": stopper.monitor if stopper else None,
+            # the epoch (1-based, of this attempt) whose weights were kept
+            "best_epoch": (stopper.best_epoch + 1) if stopper and stopper.best_weights is not None else None,
+            "validation_percent": held_out,
+            "validation_examples_estimate": train_rows - fit_rows if held_out else 0,
+            "target_transform": target if s.task == "regression" else None,
+            "target_transform_why": target_why or None,
             "steps_per_epoch": steps_per_epoch,
             "optimizer_steps": optimizer_steps,
             "train_function_traces": traces(model.train_function),
@@ -284,6 +336,10 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "estimated_cost": round(gpu_hours * s.gpu_hour_price, 4),
             "final_loss": float(history.history["loss"][-1]),
             f"final_train_{history_key}": float(history.history[history_key][-1]),
+            **({f"best_validation_{history_key}":
+                float(history.history["val_" + history_key][history.epoch.index(stopper.best_epoch)])}
+               if stopper and held_out and stopper.best_weights is not None and stopper.best_epoch in history.epoch
+               and "val_" + history_key in history.history else {}),
             "model": s.custom_model or s.model,
             "chief": chief,
             # per epoch run (this attempt's; a resumed run's from its resume on): loss and the metric

@@ -20,6 +20,74 @@ from components.train.settings import TrainSettings
 
 PREDICTIONS = names.PREDICTIONS
 
+# Regression targets (training.target_transform): what the network's head learns.
+STANDARDIZE, LOG = "standardize", "log"
+LOG_SKEW = 0.5  # auto: log(1 + y) when the label is never negative and 3 (mean - median) / std is at least this
+
+
+def choose_target_transform(label_stats, setting: str = "auto"):
+    """(transform, why) for a regression label from its train statistics (TFDV numeric
+    statistics): "log" (log(1 + y), standardised) for a label that is never negative and
+    skewed to the right, else "standardize"."""
+    num = label_stats.num_stats
+    skew = 3 * (num.mean - num.median) / num.std_dev if num.std_dev > 0 else 0.0
+    if setting != "auto":
+        return setting, f"training.target_transform: {setting}"
+    if num.min >= 0 and skew >= LOG_SKEW:
+        return LOG, f"never negative (min {num.min:g}) and skewed (3 (mean - median) / std = {skew:.2f} >= {LOG_SKEW:g})"
+    return STANDARDIZE, (f"skew 3 (mean - median) / std = {skew:.2f}" if num.min >= 0 else f"min {num.min:g} < 0")
+
+
+def log_target_moments(label_stats):
+    """The mean and deviation of log(1 + y) from the label's quantile histogram (each
+    bucket's rows at the middle of its log edges): the constants that standardise it."""
+    import numpy as np
+
+    buckets = []
+    for h in label_stats.num_stats.histograms:
+        if h.type == h.QUANTILES:
+            buckets = [(b.low_value, b.high_value, b.sample_count) for b in h.buckets]
+    if not buckets:  # no quantiles: from the mean and deviation (a log-normal's)
+        num = label_stats.num_stats
+        return float(np.log1p(max(num.mean, 0.0))), float(max(num.std_dev / max(1.0 + num.mean, 1e-6), 1e-3))
+    mid = np.array([(np.log1p(max(lo, 0.0)) + np.log1p(max(hi, 0.0))) / 2 for lo, hi, _ in buckets])
+    count = np.array([c for _, _, c in buckets], dtype=float)
+    mean = float((mid * count).sum() / count.sum())
+    std = float(np.sqrt((count * (mid - mean) ** 2).sum() / count.sum()))
+    return mean, max(std, 1e-3)
+
+
+def to_label_units(values, transform: str):
+    """A head's output (the model's) -> the label's units."""
+    return tf.math.expm1(values) if transform == LOG else values
+
+
+class LabelUnitsRMSE(tf_keras.metrics.Metric):
+    """RMSE in the label's units when the network learns log(1 + y): both the target and
+    the prediction mapped back before the error."""
+
+    def __init__(self, transform: str = LOG, name: str = "rmse", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.transform = transform
+        self.total = self.add_weight("total", initializer="zeros")
+        self.count = self.add_weight("count", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.reshape(to_label_units(tf.cast(y_true, tf.float32), self.transform), [-1])
+        y_pred = tf.reshape(to_label_units(tf.cast(y_pred, tf.float32), self.transform), [-1])
+        self.total.assign_add(tf.reduce_sum(tf.square(y_true - y_pred)))
+        self.count.assign_add(tf.cast(tf.size(y_true), tf.float32))
+
+    def result(self):
+        return tf.sqrt(tf.math.divide_no_nan(self.total, self.count))
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "transform": self.transform}
+
 
 class FillMissing(tf_keras.layers.Layer):
     """Replaces NaN (a missing numeric value) with a constant per column: the training mean."""
@@ -237,9 +305,12 @@ def parse_spec(specs: FeatureSpecs, with_label: bool) -> Dict[str, tf.io.FixedLe
     return spec
 
 
-def label_transform(specs: FeatureSpecs):
-    """Raw label tensor [batch, 1] -> training target: class index, or the float value."""
+def label_transform(specs: FeatureSpecs, target: str = STANDARDIZE):
+    """Raw label tensor [batch, 1] -> training target: class index, or the float value
+    (log(1 + y) when the target transform is log)."""
     if specs.task == "regression":
+        if target == LOG:
+            return lambda raw: tf.math.log1p(tf.maximum(tf.squeeze(raw, axis=-1), 0.0))
         return lambda raw: tf.squeeze(raw, axis=-1)
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(specs.classes), tf.range(len(specs.classes), dtype=tf.int64)),
@@ -249,7 +320,8 @@ def label_transform(specs: FeatureSpecs):
 
 def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
                  repeat: bool = False, cache: str = names.CACHE_NONE, cache_dir: str = "",
-                 shuffle_buffer: int = 10_000) -> tf.data.Dataset:
+                 shuffle_buffer: int = 10_000, validation_percent: int = 0, part: str = "all",
+                 target: str = STANDARDIZE) -> tf.data.Dataset:
     """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
     shuffle, batch then one vectorised parse per batch, prefetch.
 
@@ -266,7 +338,13 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     iterator read inside `fit`'s train function waits for it when it is destroyed,
     which is the end of `fit`. On the click-through example that was 8-17 s of a 50 s
     train task doing nothing; with the autotuner off the teardown takes 0.3 s and the
-    input delivers the same examples/s (docs/benchmarks.md, "Fourth round")."""
+    input delivers the same examples/s (docs/benchmarks.md, "Fourth round").
+
+    `part`: "all" the examples, or with `validation_percent` > 0 the "train" rows or the
+    "validation" slice of them (`in_validation_slice`: a hash of the serialized example,
+    so the same rows every epoch and on every worker, the two parts disjoint)."""
+    if part not in ("all", "train", "validation"):
+        raise GpupipeError(f"input part: '{part}' is not all, train or validation")
     if cache not in names.INPUT_CACHES:
         raise GpupipeError(f"input cache: '{cache}' is not one of {', '.join(names.INPUT_CACHES)}")
     if cache == names.CACHE_DISK and not cache_dir:
@@ -275,7 +353,7 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     if not files:
         raise GpupipeError(f"examples: no files match {file_pattern}; run ingest first")
     spec = parse_spec(specs, with_label=True)
-    to_target = label_transform(specs)
+    to_target = label_transform(specs, target)
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -288,6 +366,9 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
                        cycle_length=cycle, num_parallel_calls=min(cycle, parallel),
                        deterministic=not shuffle)
+    if part != "all" and validation_percent > 0:
+        held = part == "validation"
+        ds = ds.filter(lambda record: tf.equal(in_validation_slice(record, validation_percent), held))
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed)
     if cache == names.CACHE_NONE:
@@ -320,6 +401,12 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+def in_validation_slice(serialized, percent: int):
+    """Whether serialized examples fall in the validation slice of the train split: their
+    bytes' hash in the first `percent` of 100 buckets (the same rows every run and epoch)."""
+    return tf.strings.to_hash_bucket_fast(serialized, 100) < percent
+
+
 def input_parallelism() -> int:
     """The cores this process may run on (its CPU affinity: a pod's cpuset, a taskset)."""
     try:
@@ -345,9 +432,10 @@ def make_naive_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int) 
 class ServingModule(tf.Module):
     """What the SavedModel exports: the trained model plus two signatures."""
 
-    def __init__(self, model: tf_keras.Model, specs: FeatureSpecs):
+    def __init__(self, model: tf_keras.Model, specs: FeatureSpecs, target: str = STANDARDIZE):
         super().__init__()
         self.model = model
+        self.target = target  # regression: log -> the head's log(1 + y) mapped back to the label's units
         self.model_variables = list(model.variables)  # what the model learnt, by layer name, in the SavedModel
         self.task = specs.task
         self.class_names = tf.constant(specs.classes or [""])
@@ -361,7 +449,7 @@ class ServingModule(tf.Module):
     def _predict(self, features):
         outputs = tf.cast(self.model(features, training=False), tf.float32)
         if self.task == "regression":
-            return {PREDICTIONS: tf.squeeze(outputs, axis=-1)}
+            return {PREDICTIONS: to_label_units(tf.squeeze(outputs, axis=-1), self.target)}
         classes = tf.gather(self.class_names, tf.argmax(outputs, axis=-1))
         return {names.PROBABILITIES: outputs, names.CLASSES: classes}
 
@@ -372,12 +460,15 @@ class ServingModule(tf.Module):
         return self._predict(tf.io.parse_example(examples, self._parse_spec))
 
 
-def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: str) -> None:
+def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: str,
+                       target: str = STANDARDIZE) -> None:
     """SavedModel with `serving_default` (raw features, one value per row: REST/JSON friendly)
-    and `serving_examples` (serialized tf.Example: TF Serving gRPC Predict)."""
+    and `serving_examples` (serialized tf.Example: TF Serving gRPC Predict); both return a
+    regression's prediction in the label's units (`target` log: the head's log(1 + y) mapped
+    back inside the signature)."""
     from tf_keras.src.saving.legacy.saved_model.utils import keras_option_scope
 
-    module = ServingModule(model, specs)
+    module = ServingModule(model, specs, target)
     # Serving needs the two signatures, not tf_keras' per-layer call traces (which it saves
     # for reloading it as Keras, which a ServingModule never is): on the ctr model the
     # export took 6.5 s with them and 3.1 s without.

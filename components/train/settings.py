@@ -16,12 +16,21 @@ SPOT_RETRIES = 5
 
 
 class EarlyStopping(Strict):
-    """Stop when the training metric has not improved for `patience` epochs, and keep the
-    weights of the best epoch (tf_keras' EarlyStopping)."""
+    """Stop when the monitored metric has not improved for `patience` epochs, and keep the
+    weights of the best epoch (tf_keras' EarlyStopping, restore_best_weights). The metric is
+    measured on the validation slice of the train split (training.validation_percent), or on
+    the training batches when that slice is 0 or too small."""
 
-    metric: Literal["loss", "accuracy", "rmse"] = Field("loss", description="a metric the trainer reports per epoch")
-    patience: int = Field(3, ge=1, description="epochs without an improvement of at least min_delta")
+    metric: Literal["loss", "accuracy", "rmse"] = Field(
+        "loss", description="a metric the trainer reports per epoch, on the validation slice when there is one "
+                            "(val_loss, ...); rmse is in the label's units")
+    patience: int = Field(10, ge=1, description="epochs without an improvement of at least min_delta")
     min_delta: float = Field(0.0, ge=0)
+
+
+# The validation slice needs at least this many rows to steer early stopping; fewer: the
+# training batches' metric is monitored instead.
+MIN_VALIDATION_ROWS = 30
 
 
 class LearningRateSchedule(Strict):
@@ -51,7 +60,9 @@ class TrainSettings(Strict):
                                          "vocabulary (top values from the statistics); larger ones are hashed")
     hash_buckets: int = Field(1000, ge=2, description="hash buckets for high-cardinality categorical features")
     cross_layers: int = Field(2, ge=1, description="cross layers of the `cross` model")
-    epochs: int = Field(10, ge=1)
+    epochs: int = Field(
+        100, ge=1, description="the most epochs training runs; with early_stopping (the default) a cap, training "
+                               "usually stops earlier, when the validation slice stops improving")
     batch_size: int = Field(64, ge=1, description="per-replica batch size; global = this x replicas")
     learning_rate: float = Field(1e-3, gt=0)
     gradient_accumulation_steps: int = Field(
@@ -80,7 +91,20 @@ class TrainSettings(Strict):
         200, ge=1, description="BackupAndRestore every N steps; a retried or preempted run resumes from there")
     gpu_hour_price: float = Field(0.0, ge=0, description="price of one GPU-hour, for the cost in the training report")
     seed: int = 42
-    early_stopping: Optional[EarlyStopping] = Field(None, description="unset: train every epoch")
+    early_stopping: Optional[EarlyStopping] = Field(
+        default_factory=EarlyStopping,
+        description="on by default: stop when the validation slice's loss has not improved for `patience` epochs "
+                    "and keep the best epoch's weights; null: train every epoch")
+    validation_percent: int = Field(
+        10, ge=0, le=50, description="this share of the train split (a hash of each serialized example, so the "
+                                     "same rows every epoch and on every worker; never the eval split) is held out "
+                                     "of training to steer early_stopping; 0: train on every row and monitor the "
+                                     "training batches")
+    target_transform: Literal["auto", "standardize", "log"] = Field(
+        "auto", description="regression: the network learns the target standardised (train mean and deviation), "
+                            "or log(1 + y) standardised; auto: log when the label is never negative and skewed "
+                            "(train statistics: 3 (mean - median) / std >= 0.5). The serving signatures return the "
+                            "label's own units either way, and the reported rmse is in them")
     lr_schedule: Optional[LearningRateSchedule] = Field(None, description="unset: a constant learning rate")
     profile_steps: Optional[Tuple[int, int]] = Field(
         None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")

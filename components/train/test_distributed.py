@@ -21,7 +21,8 @@ from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 pytestmark = pytest.mark.unit
 
 # Enough steps that a kill lands mid-run: 120 epochs x 9 steps, a checkpoint every 25 steps.
-LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])
+# Every epoch runs (no early stopping), so a resumed run's step count is known.
+LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64], early_stopping=None)
 
 
 def train_command(examples, stats, model_dir, backup_dir, report_dir, warm=None, **settings):
@@ -78,8 +79,10 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     scratch = tmp_path / "scratch"  # no memory budget: each worker caches parsed batches on disk here
     scratch.mkdir()
     # With gradient accumulation (k=2): each worker accumulates, the all-reduce runs when applying.
+    # Early stopping watches the validation slice of train (a quarter of it), each worker
+    # evaluating its shard of the slice; both see the same reduced val_loss.
     procs = start_workers(tmp_path, penguin_examples, penguin_validation["statistics"], jobset=True, warm=warm_python,
-                          epochs=2,
+                          epochs=2, validation_percent=25, early_stopping={"patience": 1},
                           batch_size=16, gradient_accumulation_steps=2,
                           cache_budget_mb=0, disk_cache_budget_mb=100, scratch_dir=str(scratch))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -89,6 +92,7 @@ def test_two_workers_train_and_only_the_chief_writes_the_model(tmp_path, penguin
     assert chief["strategy"] == "MultiWorkerMirroredStrategy" and chief["workers"] == 2 and chief["replicas"] == 2
     assert chief["global_batch_size"] == 32 and chief["input_cache"] == "disk"
     assert chief["effective_batch_size"] == 64 and chief["optimizer_steps"] == chief["steps_per_epoch"]  # 2 epochs / 2
+    assert chief["early_stopping_monitor"] == "val_loss" and len(chief["history"]["val_loss"]) == 2
     assert [o.count("input: parsed batches written to local scratch") for o in outputs] == [1, 1]
     assert not list(scratch.iterdir()), "a worker's disk cache outlived training"
     assert not (tmp_path / "report-1").exists()  # the second worker wrote no report
