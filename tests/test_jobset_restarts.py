@@ -17,7 +17,7 @@ import pytest
 from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("jobset-restarts")]
-LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64])  # 1,080 steps: kills land mid-run
+LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64], early_stopping=None)  # 1,080 steps: kills mid-run
 LAUNCHER = ("import json, sys\nfrom components.train.launch import Launch, run_training_job\n"
             "print(run_training_job(Launch.from_json(sys.argv[1]), json.loads(sys.argv[2]), poll_seconds=0.1))\n")
 
