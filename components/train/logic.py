@@ -145,7 +145,8 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     return model
 
 
-def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target: str = "standardize") -> None:
+def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target: str = "standardize",
+                 smearing: float = 1.0) -> None:
     """Every worker takes part in the save (collective ops); only the chief's copy is kept,
     with the feature specs beside it."""
     import tensorflow as tf
@@ -153,7 +154,7 @@ def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target
     from components.train.model import export_saved_model
 
     path = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
-    export_saved_model(model, specs, path, target)
+    export_saved_model(model, specs, path, target, smearing)
     if chief:
         write_feature_specs(specs, model_dir)
     else:
@@ -278,7 +279,14 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         if guard and guard.preempted:
             raise Preempted(f"checkpointed at step {int(model.optimizer.iterations.numpy())} after SIGTERM")
 
-        export_model(model, specs, model_dir, chief, target)
+        smearing = 1.0
+        if target == "log":  # Duan's factor on held-out rows (the slice), else on the train rows
+            from components.train.model import smearing_factor
+
+            smearing = smearing_factor(model, validation if validation is not None else make_dataset(
+                examples_pattern(examples_dir, names.TRAIN_SPLIT), specs, global_batch, shuffle=False,
+                seed=s.seed, target=target))
+        export_model(model, specs, model_dir, chief, target, smearing)
         if backup and chief:
             backup.discard()  # the model is whole; a later retry need not resume
 
@@ -302,6 +310,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             "validation_examples_estimate": train_rows - fit_rows if held_out else 0,
             "target_transform": target if s.task == "regression" else None,
             "target_transform_why": target_why or None,
+            "log_target_smearing": round(smearing, 5) if target == "log" else None,
             "steps_per_epoch": steps_per_epoch,
             "optimizer_steps": optimizer_steps,
             "train_function_traces": traces(model.train_function),

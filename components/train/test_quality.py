@@ -86,12 +86,13 @@ def _tiny_regression(bias: float):
     return tf_keras.Model({"x": x}, out)
 
 
-@pytest.mark.parametrize("target, expected", [("log", 9.0), ("standardize", float(np.log1p(9.0)))])
-def test_both_signatures_return_the_label_units(tmp_path, target, expected):
+@pytest.mark.parametrize("target, smearing, expected", [("log", 1.0, 9.0), ("log", 1.1, 10.0),
+                                                       ("standardize", 1.1, float(np.log1p(9.0)))])
+def test_both_signatures_return_the_label_units(tmp_path, target, smearing, expected):
     from components.train.model import export_saved_model
 
     specs = FeatureSpecs(label="y", classes=[], numeric=[NumericFeature("x", 0.0, 1.0)], task="regression")
-    export_saved_model(_tiny_regression(float(np.log1p(9.0))), specs, str(tmp_path / "m"), target)
+    export_saved_model(_tiny_regression(float(np.log1p(9.0))), specs, str(tmp_path / "m"), target, smearing)
     loaded = tf.saved_model.load(str(tmp_path / "m"))
     raw = loaded.signatures[names.SERVING_SIGNATURE](x=tf.constant([0.0, 5.0]))
     example = tf.train.Example(features=tf.train.Features(
