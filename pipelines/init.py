@@ -47,7 +47,10 @@ LEAK_ACCURACY = 0.99  # a column alone this accurate on held-out rows ...
 LEAK_ERROR_SHARE = 0.1  # ... and with at most this share of the most frequent class's errors, is a leak
 LEAK_R2 = 0.99  # regression: a column alone with this R^2 on held-out rows is a leak
 ID_MIN_ROWS = 20  # fewer sampled rows than this say nothing about a column being an ID
-TARGET_STEPS = 400  # epochs are chosen for about this many training steps
+# The epoch cap: room for about this many training steps (early stopping on the validation
+# slice of train usually ends training well before it), between MIN_EPOCHS and MAX_EPOCHS.
+TARGET_STEPS = 20_000
+MIN_EPOCHS, MAX_EPOCHS = 20, 300
 SMALL_TABLE_ROWS = 10_000  # below: batch_size 32 and learning rate 0.01; else 256 and 0.001
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./\-]*$")
@@ -397,7 +400,7 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
         whole_file=rows == total, total_rows=total, files=len(files), numeric=numeric, categorical=categorical,
         left_out=left_out, codes=proposed_codes, batch_size=batch_size,
         label_missing=table.column(label).null_count / rows,
-        epochs=min(40, max(3, math.ceil(TARGET_STEPS / steps_per_epoch))),
+        epochs=min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS / steps_per_epoch))),
         learning_rate=0.01 if rows < SMALL_TABLE_ROWS else 0.001)
 
 
@@ -472,7 +475,11 @@ def render(p: Proposal, command: str, path: str) -> str:
         "  hidden_units: [64, 32]",
         "  embedding_dim: 8",
         f"  batch_size: {p.batch_size}",
-        f"  epochs: {p.epochs}  # about {TARGET_STEPS} steps over the sampled rows' train split",
+        f"  epochs: {p.epochs}  # a cap: room for about {TARGET_STEPS:,} steps over the sampled rows' train split",
+        "  # Training stops when the loss on a held-out slice of the train split (validation_percent of its rows,",
+        "  # never the eval split) has not improved for `patience` epochs, and keeps the best epoch's weights.",
+        "  validation_percent: 10",
+        "  early_stopping: {metric: loss, patience: 10}",
         f"  learning_rate: {p.learning_rate}",
         "evaluation:",
         f"  metric: {p.metric}",

@@ -113,6 +113,11 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
     assert config.evaluation.must_beat_trivial and config.evaluation.threshold == 0
     assert data.numeric_features == ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
     assert data.categorical_features == ["island", "sex", "year"]
+    # Training length (issue #27): an epoch cap with room for about 20,000 steps (344 rows, batch 32:
+    # 9 steps an epoch, so the 300-epoch ceiling), early stopping on a tenth of the train split
+    training = config.training
+    assert training.epochs == 300 and training.validation_percent == 10
+    assert (training.early_stopping.metric, training.early_stopping.patience) == ("loss", 10)
 
     cwd = os.getcwd()
     os.chdir(ROOT)  # relative data.source starts at the working directory, as in `gpupipe run`
@@ -123,9 +128,10 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
         os.chdir(cwd)
     run_validation(ex, data.label, str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                    str(tmp_path / "r.html"), config.validation)
-    train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), Columns.part_of(data), config.training)
+    report = train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), Columns.part_of(data), config.training)
     accuracy = score_model(str(tmp_path / "m"), ex).metrics["accuracy"]
     assert accuracy >= 0.95, accuracy
+    assert report["early_stopping_monitor"] in ("loss", "val_loss") and report["best_epoch"] is not None
 
 
 def write_census_like(path: Path, rows: int = 3000, seed: int = 7) -> Path:
