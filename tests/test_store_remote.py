@@ -138,7 +138,8 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
             push_model(model_dir, True, ["ok"], base, "penguins")
         push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=10)  # 3: the canary
         assert main(["manifest", CONFIG, "--serving-base", base]) == 0
-        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        *_, service = yaml.safe_load_all(capsys.readouterr().out)  # a ServiceAccount first for a private base
+        predictor = service["spec"]["predictor"]
         assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
         assert predictor["canaryTrafficPercent"] == 10  # the config's canary_percent: 10
         # What KServe's storage initializer downloads: version 3 alone (it serves the highest it finds)
@@ -148,6 +149,7 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
         assert main(["promote", CONFIG, "--serving-base", base]) == 0
         capsys.readouterr()
         assert main(["manifest", CONFIG, "--serving-base", base]) == 0
-        predictor = yaml.safe_load(capsys.readouterr().out)["spec"]["predictor"]
+        *_, service = yaml.safe_load_all(capsys.readouterr().out)  # a ServiceAccount first for a private base
+        predictor = service["spec"]["predictor"]
         assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
         assert "canaryTrafficPercent" not in predictor  # promoted: all the traffic
