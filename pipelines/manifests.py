@@ -208,7 +208,7 @@ def kserve_s3_access(config: PipelineConfig, serving_base: str = "") -> tuple:
     takes the keys from a Secret the predictor's ServiceAccount lists, and the endpoint,
     region and TLS from that Secret's serving.kserve.io/s3-* annotations. The Secret holds
     the keys, so gpupipe never writes it: the lines are the `kubectl annotate` command that
-    adds the annotations to the Secret the user created (README, "On-premises: MinIO / S3").
+    adds the annotations to the Secret the user created (docs/storage.md, MinIO and S3).
     Nothing for a gs:// or pvc:// base, or without credentials_secret (the pods' own
     identity, e.g. IRSA, and KServe's inferenceservice-config defaults)."""
     base = kserve_base(config, serving_base)
