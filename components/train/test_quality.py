@@ -125,8 +125,8 @@ def test_a_skewed_target_is_learnt_as_log_and_reported_and_served_in_label_units
     on the training rows' predictions is in the same range), and the served predictions'
     median is the label's, not its logarithm's."""
     from components.train.logic import train_model
+    from components.contracts.examples import ingest_statistics_dir
     from components.train.settings import TrainSettings
-    from components.validate.logic import run_validation
 
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, 1500)
@@ -135,11 +135,10 @@ def test_a_skewed_target_is_learnt_as_log_and_reported_and_served_in_label_units
     csv.write_text("x,y\n" + "\n".join(f"{a:.5f},{b:.5f}" for a, b in zip(x, y)) + "\n")
     examples = str(tmp_path / "examples")
     ingest(str(csv), examples, "y", ["x"], [], eval_percent=20, numeric_label=True)
-    dirs = {k: str(tmp_path / k) for k in ("statistics", "schema", "anomalies")}
-    run_validation(examples, "y", dirs["statistics"], dirs["schema"], dirs["anomalies"], str(tmp_path / "r.html"))
+    statistics = ingest_statistics_dir(examples)  # what the train task reads: ingest's statistics
     settings = TrainSettings(task="regression", hidden_units=[16], epochs=40, batch_size=32, learning_rate=0.01,
                              early_stopping={"patience": 5})
-    report = train_model(examples, dirs["statistics"], str(tmp_path / "m"), Columns(label="y", numeric_features=["x"]),
+    report = train_model(examples, statistics, str(tmp_path / "m"), Columns(label="y", numeric_features=["x"]),
                          settings)
     assert report["target_transform"] == "log", report["target_transform_why"]
     assert report["early_stopping_monitor"] == "val_loss"
