@@ -173,23 +173,9 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
     from components.contracts import storage
     from tests.fixtures.gcs import gcs_emulator
 
-    class Env:  # what gcs_emulator sets (monkeypatch's interface), kept for the containers too
-        def __init__(self):
-            self.saved = {}
+    import pytest
 
-        def setenv(self, name, value):
-            self.saved.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
-
-        def delenv(self, name, raising=True):
-            self.saved.setdefault(name, os.environ.get(name))
-            os.environ.pop(name, None)
-
-        def undo(self):
-            for name, value in self.saved.items():
-                os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-
-    env = Env()
+    env = pytest.MonkeyPatch()  # what gcs_emulator sets (its interface), undone at the end
     try:
         with gcs_emulator(env) as bucket:
             root = f"gs://{bucket}"

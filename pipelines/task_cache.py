@@ -61,10 +61,9 @@ def content_digest(path: str) -> str:
     return digest.hexdigest()
 
 
-def cache_key(command: List[str]) -> Optional[str]:
-    """The task's key, or None for a task that is never cached."""
-    parts = key_parts(command)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32] if parts else None
+def _key(parts: dict) -> str:
+    """The task's key: its key_parts, hashed."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def key_parts(command: List[str]) -> Optional[dict]:
@@ -105,10 +104,10 @@ class TaskCache:
     def entry(self, command: List[str], key: str) -> Path:
         return self.root / _argument(command, "--function_to_execute") / key
 
-    def restore(self, command: List[str]) -> Optional[dict]:
-        """Copies a cached task's outputs into this task's folder; its record, or None."""
-        key = cache_key(command) if self.reuse else None
-        entry = self.entry(command, key) if key else None
+    def restore(self, command: List[str], parts: Optional[dict]) -> Optional[dict]:
+        """Copies a cached task's outputs into this task's folder (`parts`: its key_parts);
+        their record, or None."""
+        entry = self.entry(command, _key(parts)) if parts and self.reuse else None
         if entry is None or not (entry / "meta.json").is_file():
             return None
         meta = json.loads((entry / "meta.json").read_text())
@@ -119,11 +118,10 @@ class TaskCache:
         output.write_text((entry / "task" / _OUTPUT_FILE).read_text().replace(meta["task_root"], str(target)))
         return meta
 
-    def store(self, command: List[str], seconds: float) -> None:
-        parts = key_parts(command)
+    def store(self, command: List[str], parts: Optional[dict], seconds: float) -> None:
         if not parts:
             return
-        key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+        key = _key(parts)
         entry = self.entry(command, key)
         source = _task_root(command)
         entry.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +149,8 @@ def caching_tasks(cache: Optional[TaskCache]):
 
     class CachingTaskHandler(kfp_local_subprocess_handler()):
         def run(self):
-            meta = cache.restore(self.full_command)
+            parts = key_parts(self.full_command)  # the inputs hashed once, before the task may run
+            meta = cache.restore(self.full_command, parts)
             if meta is not None:
                 function = _argument(self.full_command, "--function_to_execute")
                 print(f"{HIT} {function}: outputs of an earlier run with the same inputs "
@@ -160,7 +159,7 @@ def caching_tasks(cache: Optional[TaskCache]):
             start = time.monotonic()
             result = super().run()
             if result == status.Status.SUCCESS:
-                cache.store(self.full_command, time.monotonic() - start)
+                cache.store(self.full_command, parts, time.monotonic() - start)
             return result
 
     with kfp_local_task_handler(CachingTaskHandler):
