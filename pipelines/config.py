@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.contracts.errors import GpupipeError
 from components.contracts.names import STEPS
-from components.contracts.pods import Toleration, check_quantity
+from components.contracts.pods import Toleration, check_quantity, quantity_value
 from components.contracts.settings import StorageSettings, Strict, check_secret_name
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
@@ -77,6 +77,15 @@ class StepResourcesOverride(Strict):
     def _quantities(cls, v: Optional[str], info) -> Optional[str]:
         return check_quantity(v, info.field_name)
 
+    @model_validator(mode="after")
+    def _limits_not_below_requests(self) -> "StepResourcesOverride":
+        for request, limit in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
+            wanted, cap = getattr(self, request), getattr(self, limit)
+            if wanted and cap and quantity_value(cap) < quantity_value(wanted):
+                raise ValueError(f"{limit} {cap} is below {request} {wanted}, and Kubernetes refuses a limit below "
+                                 f"its request; raise {limit}, or leave it out (it follows {request})")
+        return self
+
 
 class ImagesConfig(Strict):
     registry: str = DEFAULT_REGISTRY
@@ -133,11 +142,11 @@ class ClusterConfig(Strict):
         None, description="Kueue WorkloadPriorityClass of the GPU workload (kueue.x-k8s.io/priority-class)")
     spot_node_selector: Dict[str, str] = Field(
         default_factory=lambda: {"cloud.google.com/gke-spot": "true"},
-        description="with training.spot: the spot pool's node labels (GKE's by default)")
+        description="with training.pods.spot: the spot pool's node labels (GKE's by default)")
     spot_tolerations: List[Toleration] = Field(
         default_factory=lambda: [Toleration(key="cloud.google.com/gke-spot", operator="Equal", value="true",
                                             effect="NoSchedule")],
-        description="with training.spot: the spot pool's taints tolerated")
+        description="with training.pods.spot: the spot pool's taints tolerated")
     resources: Dict[str, StepResourcesOverride] = Field(
         default_factory=dict, description="per step (fingerprint, ingest, validate, train, evaluate, push): cpu, "
                                           "cpu_limit, memory, memory_limit, timeout over the defaults in "
@@ -190,26 +199,13 @@ class PipelineConfig(Strict):
     def _kfp_takes_the_gpus(self) -> "PipelineConfig":
         # Only launcher: pod asks KFP for the GPUs, and kfp 2.13's set_accelerator_limit
         # (kfp/dsl/pipeline_task.py) takes only these counts; a JobSet's or TFJob's pods take any.
-        t = self.training
+        t = self.training.pods
         if t.launcher == "pod" and t.workers > 1:
-            raise ValueError(f"training.launcher: pod trains on one worker, and training.workers is {t.workers}; "
-                             "set training.launcher: jobset (or tfjob), or training.workers: 1")
+            raise ValueError(f"training.pods.launcher: pod trains on one worker, and training.pods.workers is {t.workers}; "
+                             "set training.pods.launcher: jobset (or tfjob), or training.pods.workers: 1")
         if t.launcher == "pod" and t.gpus not in KFP_GPU_COUNTS:
-            raise ValueError(f"training.gpus: {t.gpus} with launcher: pod, and Kubeflow Pipelines gives a task 1, 2, 4, "
-                             "8 or 16 GPUs; set training.gpus to one of them, or training.launcher: jobset")
-        return self
-
-    @model_validator(mode="after")
-    def _one_key_for_the_training_pods(self) -> "PipelineConfig":
-        # training.cpu / memory set the training pods' request and limit; cluster.resources.train
-        # would set the same numbers under another key, and one would silently win.
-        override = self.cluster.resources.get("train")
-        given = override.model_dump(exclude_unset=True, exclude_none=True) if override else {}
-        for field in ("cpu", "memory"):
-            clash = [key for key in (field, f"{field}_limit") if key in given]
-            if getattr(self.training, field) and clash:
-                raise ValueError(f"training.{field} and cluster.resources.train.{clash[0]} both set the training pods' "
-                                 f"{field}; keep one: training.{field} (remove cluster.resources.train.{clash[0]})")
+            raise ValueError(f"training.pods.gpus: {t.gpus} with launcher: pod, and Kubeflow Pipelines gives a task 1, 2, 4, "
+                             "8 or 16 GPUs; set training.pods.gpus to one of them, or training.pods.launcher: jobset")
         return self
 
     @model_validator(mode="after")
@@ -228,7 +224,7 @@ class PipelineConfig(Strict):
 
     @property
     def train_image(self) -> str:
-        return self.images.gpu_image if self.training.gpus else self.images.cpu_image
+        return self.images.gpu_image if self.training.pods.gpus else self.images.cpu_image
 
 
 QUOTE_LIMIT = 60  # characters of a quoted value an error line keeps

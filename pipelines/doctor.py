@@ -11,7 +11,7 @@ them, kubernetes/api and apiextensions-apiserver):
   (status.userInfo.username; Kubernetes 1.28 and later, else the kubeconfig's user is named).
 - The CRDs the config needs: `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>`,
   with the version gpupipe writes among spec.versions[].served and the Established condition:
-  JobSet (training.workers > 1, training.launcher jobset), TFJob (workers > 1, launcher tfjob),
+  JobSet (training.pods.workers > 1, training.pods.launcher jobset), TFJob (workers > 1, launcher tfjob),
   Kueue's Workload, LocalQueue and ClusterQueue (cluster.queue), KServe's InferenceService
   (`--serving kserve`, the default of `gpupipe manifest`).
 - cluster.queue: the LocalQueue in the run's namespace and the ClusterQueue its spec.clusterQueue
@@ -46,7 +46,7 @@ JOBSET = ("jobsets.jobset.x-k8s.io", "v1alpha2",
 TFJOB = ("tfjobs.kubeflow.org", "v1",
          "install the training-operator: kubectl apply --server-side -k "
          "\"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0\" "
-         "(or set training.launcher: jobset)")
+         "(or set training.pods.launcher: jobset)")
 KUEUE = "install Kueue: kubectl apply --server-side -f " \
         "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml (or unset cluster.queue)"
 KUEUE_CRDS = (("workloads.kueue.x-k8s.io", "v1beta1", KUEUE), ("localqueues.kueue.x-k8s.io", "v1beta1", KUEUE),
@@ -216,23 +216,23 @@ def _refused(what: str, err, fix: str) -> Line:
 
 def launcher_kind(config) -> Optional[str]:
     """"jobset" or "tfjob" when the train task launches a job for the workers; None when it
-    trains in its own pod (CPU training, or training.launcher pod): the compiled pipeline's own
+    trains in its own pod (CPU training, or training.pods.launcher pod): the compiled pipeline's own
     rule, pipelines/factory.py launched."""
     from pipelines.factory import launched
 
-    return config.training.launcher if launched(config) else None
+    return config.training.pods.launcher if launched(config) else None
 
 
 def needed_crds(config, serving: str) -> List[Tuple[str, tuple, str]]:
     """(component, its CRDs, why) the config needs."""
-    t = config.training
+    t = config.training.pods
     needed = []
     kind = launcher_kind(config)
     if kind == "jobset":
-        needed.append(("JobSet", (JOBSET,), f"training.workers {t.workers}, training.launcher jobset"))
+        needed.append(("JobSet", (JOBSET,), f"training.pods.workers {t.workers}, training.pods.launcher jobset"))
     elif kind == "tfjob":
-        needed.append(("TFJob", (TFJOB,), f"training.workers {t.workers}, training.launcher tfjob"))
-    # (one worker in the task's own pod, training.launcher pod or CPU training: no CRD)
+        needed.append(("TFJob", (TFJOB,), f"training.pods.workers {t.workers}, training.pods.launcher tfjob"))
+    # (one worker in the task's own pod, training.pods.launcher pod or CPU training: no CRD)
     if config.cluster.queue:
         needed.append(("Kueue", KUEUE_CRDS, f"cluster.queue {config.cluster.queue}"))
     if serving == "kserve":
@@ -382,7 +382,7 @@ def rbac_lines(cluster: Cluster, config, namespace: str, config_path: str, user:
     from components.train.launch import API, LAUNCHER_VERBS
 
     group, _, plural, _ = API[launcher_kind(config)]
-    job_ns = config.training.job_namespace or namespace
+    job_ns = config.training.pods.job_namespace or namespace
     resource = f"{plural}.{group}"
     checks = [(None, None, f"as {user or 'the user of context ' + (cluster.conn.context or '(in-cluster)')}",
                "SelfSubjectAccessReview", _service_account(user))]
@@ -443,9 +443,9 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
         for component, crds, why in needed_crds(config, serving):
             lines.append(crd_line(cluster, component, crds, why))
             installed[component] = lines[-1].ok
-        # The launched job runs in training.job_namespace when set: Kueue looks for its
+        # The launched job runs in training.pods.job_namespace when set: Kueue looks for its
         # LocalQueue there, and its workers mount the storage and image pull Secrets there.
-        job_ns = (config.training.job_namespace if launcher_kind(config) else None) or namespace
+        job_ns = (config.training.pods.job_namespace if launcher_kind(config) else None) or namespace
         if installed.get("Kueue"):  # without Kueue's CRDs, no LocalQueue to look for
             lines += queue_lines(cluster, config, job_ns, config_path)
         lines += secret_lines(cluster, config, namespace)

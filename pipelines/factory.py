@@ -124,15 +124,15 @@ PIPELINE_LABEL = "gpupipe/pipeline"
 
 def launched(config: PipelineConfig) -> bool:
     """Whether the train task launches a job for the workers (GPU training on 1 to N workers,
-    unless training.launcher is pod) instead of training in its own pod."""
-    t = config.training
+    unless training.pods.launcher is pod) instead of training in its own pod."""
+    t = config.training.pods
     return t.workers > 1 or (t.gpus > 0 and t.launcher != "pod")
 
 
 def launch_json(config: PipelineConfig) -> str:
-    """The job the train task launches (a JobSet or TFJob of training.workers GPU workers);
+    """The job the train task launches (a JobSet or TFJob of training.pods.workers GPU workers);
     "" when the task trains in its own pod (CPU training, or launcher: pod)."""
-    t = config.training
+    t = config.training.pods
     if not launched(config):
         return ""
     return Launch(kind=t.launcher, image=config.train_image, workers=t.workers, namespace=t.job_namespace or "",
@@ -234,7 +234,7 @@ def _steps(config: PipelineConfig, local: bool, data_source, epochs, eval_thresh
         examples=ingest_task.outputs["examples"], columns=columns, settings=training.model_dump_json(),
         launch=launch, epochs=epochs, learning_rate=learning_rate).after(validate_task)
     train_task.set_display_name("Train model").set_caching_options(True)
-    train_task.set_retry(num_retries=training.retries, backoff_duration=training.retry_backoff,
+    train_task.set_retry(num_retries=training.pods.retries, backoff_duration=training.pods.retry_backoff,
                          backoff_factor=2.0)
     if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
         kubernetes.use_field_path_as_env(train_task, env_name=POD_NAME_ENV, field_path="metadata.name")

@@ -233,10 +233,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     warm = enabled() if warm is None else warm
     from kfp import local
 
-    if config.training.workers > 1:
+    if config.training.pods.workers > 1:
         # Multi-worker training is a JobSet or TFJob on the cluster; on one machine it runs in-process.
-        print(f"gpupipe run {config.name}: training.workers={config.training.workers} runs as a "
-              f"{config.training.launcher} on the cluster; training in-process here", file=console, flush=True)
+        print(f"gpupipe run {config.name}: training.pods.workers={config.training.pods.workers} runs as a "
+              f"{config.training.pods.launcher} on the cluster; training in-process here", file=console, flush=True)
         config = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1})})
     # The object stores' settings (storage.s3) as the cluster's tasks get them; a variable
     # already set in this shell wins (e.g. a MinIO endpoint reached from this machine).

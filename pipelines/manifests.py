@@ -361,10 +361,10 @@ def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) 
     in a Kubeflow profile namespace)."""
     from components.train.launch import API, LAUNCHER_VERBS
 
-    if config.training.launcher == "pod":
-        raise GpupipeError(f"training.launcher: pod: {config.name}'s train task launches no job, so it needs no Role; "
-                           "set training.launcher: jobset (or tfjob) to launch one")
-    group, _, plural, _ = API[config.training.launcher]
+    if config.training.pods.launcher == "pod":
+        raise GpupipeError(f"training.pods.launcher: pod: {config.name}'s train task launches no job, so it needs no Role; "
+                           "set training.pods.launcher: jobset (or tfjob) to launch one")
+    group, _, plural, _ = API[config.training.pods.launcher]
     name = f"gpupipe-{config.name}-launcher"
     labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/pipeline": config.name}
     role = {
@@ -421,10 +421,10 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
     0 writes borrowingLimit: 0 (the team never borrows)."""
     from pipelines.pods import training_shape
 
-    t = config.training
+    t = config.training.pods
     if not t.gpus:
-        raise GpupipeError("training.gpus: 0, so nothing of this pipeline uses the GPU quota; set training.gpus "
-                           "and training.accelerator to share the GPU pool")
+        raise GpupipeError("training.pods.gpus: 0, so nothing of this pipeline uses the GPU quota; set training.pods.gpus "
+                           "and training.pods.accelerator to share the GPU pool")
     # Kueue's ClusterQueue webhook (pkg/webhooks/clusterqueue_webhook.go) refuses a negative
     # nominalQuota or borrowingLimit, and a borrowingLimit without a cohort.
     for flag, value in (("--gpu-quota", gpu_quota), ("--spot-gpu-quota", spot_gpu_quota),

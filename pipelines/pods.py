@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Dict
 
 from components.contracts import names
-from components.contracts.pods import TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv, SecretVolume
+from components.contracts.pods import TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv, SecretVolume, quantity_value
 from pipelines.config import PipelineConfig, StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
@@ -20,8 +20,8 @@ STEP_DEFAULTS: Dict[str, StepResources] = {
     names.FINGERPRINT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
     names.INGEST: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="6h"),
     names.VALIDATE: StepResources(cpu="1", cpu_limit="2", memory="4Gi", memory_limit="8Gi", timeout="6h"),
-    # Without training.cpu/memory: the pods that train. With workers > 1 the train task only
-    # launches and follows the job, and takes LAUNCHER instead.
+    # The pods that train (cluster.resources.train overrides it). When the train task launches a job it only
+    # creates and follows the job, and takes LAUNCHER instead.
     names.TRAIN: StepResources(cpu="2", cpu_limit="4", memory="4Gi", memory_limit="8Gi", timeout="24h"),
     names.EVALUATE: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="2h"),
     names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
@@ -36,10 +36,20 @@ LAUNCHER = StepResources(cpu="250m", cpu_limit="500m", memory="512Mi", memory_li
 
 
 def step_resources(config: PipelineConfig, step: str) -> StepResources:
-    """The step's defaults with the config's cluster.resources.<step> keys over them."""
+    """The step's defaults with the config's cluster.resources.<step> keys over them. A request
+    raised above the default limit, the limit not given, lifts the limit to it (Kubernetes
+    refuses a limit below the request; the config model refuses one given so)."""
     base = STEP_DEFAULTS[step]
     override = config.cluster.resources.get(step)
-    return base.model_copy(update=override.model_dump(exclude_unset=True)) if override else base
+    if not override:
+        return base
+    given = override.model_dump(exclude_unset=True, exclude_none=True)
+    merged = base.model_copy(update=given)
+    for request, limit in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
+        wanted, cap = getattr(merged, request), getattr(merged, limit)
+        if limit not in given and cap and quantity_value(cap) < quantity_value(wanted):
+            merged = merged.model_copy(update={limit: wanted})
+    return merged
 
 
 def _common(config: PipelineConfig) -> dict:
@@ -79,22 +89,17 @@ def queue_labels(config: PipelineConfig) -> dict:
 
 
 def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
-    """The pod (or each worker's pod) that trains: training.cpu/memory as request and limit
-    when set, GPUs, node selector, tolerations (the spot pool's too with training.spot),
+    """The pod (or each worker's pod) that trains: cluster.resources.train's CPU and memory, GPUs, node selector, tolerations (the spot pool's too with training.pods.spot),
     an emptyDir for /tmp and one for the disk input cache, and (`queued`: a pod Kueue admits by itself)
     the queue labels."""
-    t = config.training
+    t = config.training.pods
     resources = step_resources(config, names.TRAIN)
-    if t.cpu:
-        resources = resources.model_copy(update={"cpu": t.cpu, "cpu_limit": t.cpu})
-    if t.memory:
-        resources = resources.model_copy(update={"memory": t.memory, "memory_limit": t.memory})
     common = _common(config)
     empty_dirs = [EmptyDir(name=TMP_VOLUME, mount_path=TMP_MOUNT, size_limit=TMP_SIZE_LIMIT)]
     env = dict(common.pop("env", {}))
-    if t.disk_cache_budget_mb:
+    if config.training.disk_cache_budget_mb:
         empty_dirs.append(EmptyDir(name=names.SCRATCH_VOLUME, mount_path=names.SCRATCH_MOUNT,
-                                   size_limit=f"{t.disk_cache_budget_mb}Mi"))
+                                   size_limit=f"{config.training.disk_cache_budget_mb}Mi"))
         env[names.SCRATCH_ENV] = names.SCRATCH_MOUNT
     node_selector, tolerations = dict(t.node_selector), list(t.tolerations)
     if t.spot:

@@ -506,7 +506,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         raise GpupipeError(f"{args.config}: cluster.queue is unset, so its train pods and jobs carry no "
                            "kueue.x-k8s.io/queue-name label and Kueue queues none of them; set cluster.queue to the "
                            "team's LocalQueue (gpupipe manifest --tenant makes one named gpus)")
-    resource = config.training.accelerator or GPU
+    resource = config.training.pods.accelerator or GPU
     conn = connect(args.kubeconfig, args.context)
     namespace = args.namespace or conn.namespace or "default"
     workloads = [w for w in list_workloads(conn, namespace) if is_gpupipe_workload(w, queue, config.name)]
@@ -539,7 +539,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     price = args.price_per_gpu_hour
     if price is None and config is not None:
         price = config.training.gpu_hour_price or None
-    resource = (config.training.accelerator if config else None) or GPU
+    resource = (config.training.pods.accelerator if config else None) or GPU
     asked = list(dict.fromkeys((args.namespace or []) + (args.team or [])))
     conn = connect(args.kubeconfig, args.context)
     workloads = []

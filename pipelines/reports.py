@@ -99,5 +99,5 @@ def render_pool(pipeline: str, runs_dir: Path, runs: list, input_bound: float = 
     if bound:
         lines.append(f"input-bound (input wait above {input_bound:.0%} of the step time): {len(bound)} run(s); the "
                      "accelerators waited for data: raise training.cache_budget_mb or disk_cache_budget_mb, or the "
-                     "train pod's CPU (training.cpu)")
+                     "train pods' CPU (cluster.resources.train.cpu)")
     return "\n".join(lines)

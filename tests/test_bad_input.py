@@ -51,15 +51,15 @@ def config_error(tmp_path, config: dict) -> str:
 
 
 @pytest.mark.parametrize("edits, expected", [
-    ({"training.memory": "32GB"}, "training.memory: '32GB' is not a Kubernetes quantity"),
-    ({"training.cpu": "four"}, "training.cpu: 'four' is not a Kubernetes quantity"),
+    ({"cluster.resources.train.memory": "32GB"}, "cluster.resources.train.memory: '32GB' is not a Kubernetes quantity"),
+    ({"cluster.resources.train.cpu": "four"}, "cluster.resources.train.cpu: 'four' is not a Kubernetes quantity"),
     ({"serving.model_name": "1ctr"}, "serving.model_name: '1ctr' is not a plain name: use lowercase letters, "
                                      "digits and '-', a letter first"),
-    ({"training.tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}]},
-     "training.tolerations.0: toleration 'nvidia.com/gpu': operator Exists takes no value; remove value, or use "
+    ({"training.pods.tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}]},
+     "training.pods.tolerations.0: toleration 'nvidia.com/gpu': operator Exists takes no value; remove value, or use "
      "operator: Equal"),
-    ({"training.node_selector": {"cloud.google.com/gke-accelerator": "nvidia tesla t4"}},
-     "training.node_selector: 'nvidia tesla t4' (for cloud.google.com/gke-accelerator) is not a Kubernetes label "
+    ({"training.pods.node_selector": {"cloud.google.com/gke-accelerator": "nvidia tesla t4"}},
+     "training.pods.node_selector: 'nvidia tesla t4' (for cloud.google.com/gke-accelerator) is not a Kubernetes label "
      "value"),
     ({"data.numeric_features": ["bill_length_mm", "bill length mm"]},
      "data: columns 'bill_length_mm' and 'bill length mm' both map to the safe name 'bill_length_mm' (the names "

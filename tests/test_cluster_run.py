@@ -38,7 +38,7 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         del raw["pipeline_root"]  # kfp.local keeps artifacts on local disk; the test gives it a directory
         # No GPU here: the train task trains in its own pod (with a GPU it launches a JobSet,
         # tests/test_jobset_restarts.py)
-        raw["training"].update(gpus=0, accelerator=None)
+        raw["training"]["pods"].update(gpus=0, accelerator=None)
         config = tmp_path / "penguins-cluster.yaml"
         config.write_text(yaml.safe_dump(raw))
         compiled = subprocess.run([sys.executable, "-m", "pipelines.cli", "compile", str(config), "--output-dir",

@@ -9,6 +9,7 @@ import yaml
 
 from pipelines.cli import compile_to_text, compiled_path
 from pipelines.config import load_config
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +81,7 @@ def test_one_gpu_worker_is_a_jobset_of_one_with_the_gpu_placement_and_scratch(pe
 
 
 def test_launcher_pod_trains_in_the_kfp_task_and_asks_kfp_for_the_gpu(penguins_config):
-    config = penguins_config.model_copy(update={"training": penguins_config.training.model_copy(
-        update={"launcher": "pod"})})
+    config = with_pods(penguins_config, launcher="pod")
     spec, platform = yaml.safe_load_all(compile_to_text(config))
     train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
     assert train["resources"]["accelerator"] == {"resourceType": "nvidia.com/gpu", "resourceCount": "1"} or \
@@ -228,7 +228,7 @@ def test_the_train_task_and_the_job_workers_come_from_one_pod_shape(ctr_config, 
     from pipelines.factory import launch_json
 
     def with_training(**update):
-        return ctr_config.model_copy(update={"training": ctr_config.training.model_copy(update=update)})
+        return with_pods(ctr_config, **update)
 
     single = list(yaml.safe_load_all(compile_to_text(with_training(workers=1, launcher="pod"))))
     launch = Launch.from_json(launch_json(with_training(launcher=kind)))

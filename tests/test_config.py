@@ -29,7 +29,7 @@ def test_every_config_in_configs_is_valid():
     (lambda c: c["training"].update(epochs=0), "training.epochs: Input should be greater than or equal to 1"),
     (lambda c: c["serving"].update(model_name="../escape"), "serving.model_name: '../escape' is not a plain name"),
     (lambda c: c["serving"].update(model_name="/abs"), "serving.model_name: '/abs' is not a plain name"),
-    (lambda c: c["training"].update(gpus=0), "training: accelerator is set but gpus is 0"),
+    (lambda c: c["training"]["pods"].update(gpus=0), "training.pods: accelerator is set but gpus is 0"),
     (lambda c: c["data"].update(categorical_features=["island", "sex", "species"]), "label 'species' is also listed"),
 ])
 def test_bad_config_is_one_line_naming_the_key(edit, message):
@@ -117,8 +117,6 @@ def test_quantities_the_check_accepts_compile_and_keep_their_value():
     slots = [(step, field) for step in steps for field in ("cpu", "cpu_limit", "memory", "memory_limit")]
     cases = [(v, CPU_OK[v]) for v in CPU_OK] + [(v, MEMORY_OK[v]) for v in MEMORY_OK]
     raw, expected = penguins(), {}
-    for key in ("cpu", "memory"):  # the training pods' size: one key, here cluster.resources.train
-        raw["training"].pop(key, None)
     cpu_slots = [s for s in slots if s[1].startswith("cpu")]
     memory_slots = [s for s in slots if s[1].startswith("memory")]
     for (step, field), (given, want) in [*zip(cpu_slots, cases[:len(CPU_OK)]),
@@ -126,6 +124,13 @@ def test_quantities_the_check_accepts_compile_and_keep_their_value():
         raw.setdefault("cluster", {}).setdefault("resources", {}).setdefault(step, {})[field] = given
         expected[(step, field)] = (given, want)
     assert len(expected) == len(CPU_OK) + len(MEMORY_OK)
+    for step in steps:  # Kubernetes refuses a limit below its request (so does the config): order each pair
+        for request, limit in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
+            if (step, request) in expected and (step, limit) in expected and \
+                    parse_quantity(expected[(step, limit)][0]) < parse_quantity(expected[(step, request)][0]):
+                expected[(step, request)], expected[(step, limit)] = expected[(step, limit)], expected[(step, request)]
+                section = raw["cluster"]["resources"][step]
+                section[request], section[limit] = expected[(step, request)][0], expected[(step, limit)][0]
     config = parse_config(raw)
     for (step, field), (given, want) in expected.items():
         got = getattr(step_resources(config, step), field)
@@ -171,16 +176,16 @@ def test_a_sweep_of_quantities_each_accepted_one_passes_kfps_setters():
 
 def test_a_gpu_count_kfp_cannot_give_one_task_is_refused_in_one_line():
     raw = penguins()
-    raw["training"].update(gpus=3, launcher="pod")
+    raw["training"]["pods"].update(gpus=3, launcher="pod")
     with pytest.raises(GpupipeError) as err:
         parse_config(raw, "configs/penguins.yaml")
-    assert str(err.value) == ("configs/penguins.yaml: training.gpus: 3 with launcher: pod, and Kubeflow Pipelines "
-                              "gives a task 1, 2, 4, 8 or 16 GPUs; set training.gpus to one of them, or "
-                              "training.launcher: jobset")
-    raw["training"]["launcher"] = "jobset"  # a JobSet's pods take any count
-    assert parse_config(raw).training.gpus == 3
-    raw["training"].update(launcher="pod", gpus=1, workers=2)
-    with pytest.raises(GpupipeError, match="training.launcher: pod trains on one worker"):
+    assert str(err.value) == ("configs/penguins.yaml: training.pods.gpus: 3 with launcher: pod, and Kubeflow Pipelines "
+                              "gives a task 1, 2, 4, 8 or 16 GPUs; set training.pods.gpus to one of them, or "
+                              "training.pods.launcher: jobset")
+    raw["training"]["pods"]["launcher"] = "jobset"  # a JobSet's pods take any count
+    assert parse_config(raw).training.pods.gpus == 3
+    raw["training"]["pods"].update(launcher="pod", gpus=1, workers=2)
+    with pytest.raises(GpupipeError, match="training.pods.launcher: pod trains on one worker"):
         parse_config(raw, "configs/penguins.yaml")
 
 
@@ -201,8 +206,8 @@ LONG = "x" * 500
 @pytest.mark.parametrize("edit, start", [
     (lambda c: c["serving"].update(model_name="bad\nname"), "serving.model_name: 'bad\\nname' is not a plain name"),
     (lambda c: c.update(name=LONG), "name: '" + "x" * 60 + "... (500 characters)' is not a plain name"),
-    (lambda c: c["training"].update(memory="4Gi\n" + LONG), "training.memory: '4Gi\\n" + "x" * 55 + "... (504 "
-                                                                                                 "characters)'"),
+    (lambda c: c.setdefault("cluster", {}).update(resources={"train": {"memory": "4Gi\n" + LONG}}),
+     "cluster.resources.train.memory: '4Gi\\n" + "x" * 55 + "... (504 characters)'"),
     (lambda c: c.setdefault("cluster", {}).update(queue="q\r\n" + LONG), "cluster.queue: 'q\\r\\n"),
     (lambda c: c["training"].update({"epo\nchs": 3}), "training.epo\\nchs: unknown key"),
     (lambda c: c["training"].update({LONG: 3}), "training." + "x" * 60 + "... (500 characters): unknown key"),
@@ -220,14 +225,37 @@ def test_a_config_error_quoting_a_newline_or_500_characters_stays_one_line(edit,
     assert len(text) < 400, len(text)
 
 
-@pytest.mark.parametrize("key", ["cpu", "cpu_limit"])
-def test_train_cpu_set_in_two_places_is_refused_naming_both_keys(key):
+@pytest.mark.parametrize("key, where", [("cpu", "cluster.resources.train.cpu"),
+                                        ("memory", "cluster.resources.train.memory"),
+                                        ("gpus", "training.pods.gpus"), ("launcher", "training.pods.launcher")])
+def test_each_training_pod_setting_has_one_key_and_the_other_place_names_it(key, where):
+    """The training pods' CPU and memory are cluster.resources.train's, like every step's; their
+    launcher, GPUs and placement are training.pods'. Set in a second place (a config
+    written for the flat keys), the config is refused in one line naming the one key."""
     raw = penguins()
-    raw["training"]["cpu"] = "4"
-    raw.setdefault("cluster", {})["resources"] = {"train": {key: "8"}}
+    raw["training"][key] = "4" if key in ("cpu", "memory") else raw["training"]["pods"].get(key, "jobset")
+    raw.setdefault("cluster", {})["resources"] = {"train": {"cpu": "8"}}
     with pytest.raises(GpupipeError) as err:
         parse_config(raw, "configs/penguins.yaml")
-    assert str(err.value) == (f"configs/penguins.yaml: training.cpu and cluster.resources.train.{key} both set the "
-                              f"training pods' cpu; keep one: training.cpu (remove cluster.resources.train.{key})")
-    del raw["training"]["cpu"]  # one key: fine
-    assert parse_config(raw).cluster.resources["train"].model_dump(exclude_unset=True) == {key: "8"}
+    assert str(err.value).startswith(f"configs/penguins.yaml: training: training.{key} is not a key; ")
+    assert where in str(err.value) and "\n" not in str(err.value)
+    del raw["training"][key]  # one key: fine
+    assert parse_config(raw).cluster.resources["train"].model_dump(exclude_unset=True) == {"cpu": "8"}
+
+
+def test_a_limit_below_its_request_is_refused_and_a_raised_request_lifts_the_default_limit():
+    from pipelines.pods import STEP_DEFAULTS, training_shape
+
+    raw = penguins()
+    raw["cluster"]["resources"] = {"train": {"cpu": "8", "cpu_limit": "2"}}
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    assert str(err.value) == ("configs/penguins.yaml: cluster.resources.train: cpu_limit 2 is below cpu 8, and "
+                              "Kubernetes refuses a limit below its request; raise cpu_limit, or leave it out (it "
+                              "follows cpu)")
+    raw["cluster"]["resources"] = {"train": {"cpu": "8", "memory": "32Gi"}}
+    shape = training_shape(parse_config(raw))
+    assert STEP_DEFAULTS["train"].cpu_limit == "4" and STEP_DEFAULTS["train"].memory_limit == "8Gi"
+    assert (shape.cpu_request, shape.cpu_limit, shape.memory_request, shape.memory_limit) == ("8", "8", "32Gi", "32Gi")
+    raw["cluster"]["resources"] = {"train": {"cpu": "1"}}  # below the default limit: the limit stays
+    assert training_shape(parse_config(raw)).cpu_limit == "4"

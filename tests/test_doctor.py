@@ -103,7 +103,7 @@ def test_no_jobset_crd_is_one_error(capsys, config, kfp, cluster):
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 1
     assert errors(lines) == [
-        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.workers 2, training.launcher jobset): "
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.pods.workers 2, training.pods.launcher jobset): "
         "install JobSet: kubectl apply --server-side -f "
         "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
 
@@ -111,15 +111,15 @@ def test_no_jobset_crd_is_one_error(capsys, config, kfp, cluster):
 def test_a_tfjob_config_needs_the_tfjob_crd_and_its_verbs(capsys, config, kfp, cluster):
     url, state, kubeconfig = cluster
     data = yaml.safe_load(Path(config).read_text())
-    data["training"]["launcher"] = "tfjob"
+    data["training"]["pods"]["launcher"] = "tfjob"
     Path(config).write_text(yaml.safe_dump(data))
     del state.crds["tfjobs.kubeflow.org"]
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 1
     found = errors(lines)
     assert len(found) == 2
-    assert found[0].startswith("error: TFJob CRD tfjobs.kubeflow.org is not installed (training.workers 2, "
-                               "training.launcher tfjob): install the training-operator")
+    assert found[0].startswith("error: TFJob CRD tfjobs.kubeflow.org is not installed (training.pods.workers 2, "
+                               "training.pods.launcher tfjob): install the training-operator")
     assert found[1].startswith(f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not create, get, delete "
                                f"tfjobs.kubeflow.org in {NS}")
     assert not any("JobSet" in line for line in lines)
@@ -242,14 +242,14 @@ def test_without_crd_access_api_discovery_tells(capsys, config, kfp, cluster):
     state.revoke(RUNNER, "", "apiextensions.k8s.io", "customresourcedefinitions", "get")
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 0, lines
-    assert lines[2] == "ok: JobSet CRD jobsets.jobset.x-k8s.io (training.workers 2, training.launcher jobset)"
+    assert lines[2] == "ok: JobSet CRD jobsets.jobset.x-k8s.io (training.pods.workers 2, training.pods.launcher jobset)"
     assert ("GET", "/apis/jobset.x-k8s.io/v1alpha2", "application/json") in state.requests
     del state.crds["jobsets.jobset.x-k8s.io"]
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 1
     assert errors(lines) == [
-        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed, or does not serve v1alpha2 (training.workers 2, "
-        "training.launcher jobset; API discovery of jobset.x-k8s.io/v1alpha2, as CRDs may not be read): install "
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed, or does not serve v1alpha2 (training.pods.workers 2, "
+        "training.pods.launcher jobset; API discovery of jobset.x-k8s.io/v1alpha2, as CRDs may not be read): install "
         "JobSet: kubectl apply --server-side -f "
         "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
 
@@ -288,11 +288,11 @@ def test_a_crd_not_established_is_one_error(capsys, config, kfp, cluster):
 
 
 def test_the_job_namespace_holds_the_local_queue_and_the_workers_secrets(capsys, config, kfp, cluster):
-    """training.job_namespace: the JobSet runs there, so Kueue looks for the LocalQueue there and
+    """training.pods.job_namespace: the JobSet runs there, so Kueue looks for the LocalQueue there and
     the workers mount the storage and pull Secrets there; the webhook stays the run's."""
     url, state, kubeconfig = cluster
     data = yaml.safe_load(Path(config).read_text())
-    data["training"]["job_namespace"] = "gpu-jobs"
+    data["training"]["pods"]["job_namespace"] = "gpu-jobs"
     Path(config).write_text(yaml.safe_dump(data))
     state.grant(RUNNER, "gpu-jobs", "jobset.x-k8s.io", "jobsets", *VERBS)
     state.grant(RUNNER, "gpu-jobs", "", "secrets", "get")
@@ -386,7 +386,7 @@ def test_serving_with_tf_serving_needs_no_kserve(capsys, config, kfp, cluster):
 
 def _penguins(tmp_path, **training) -> str:
     data = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
-    data["training"].update(training)
+    data["training"]["pods"].update(training)
     path = tmp_path / "penguins.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
@@ -411,7 +411,7 @@ def test_one_gpu_worker_runs_as_a_jobset(capsys, kfp, cluster, tmp_path):
     code, lines, _ = doctor(capsys, _penguins(tmp_path, gpus=1), kfp.url, kubeconfig, "--serving", "none")
     assert code == 1
     assert errors(lines) == [
-        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.workers 1, training.launcher jobset): "
+        "error: JobSet CRD jobsets.jobset.x-k8s.io is not installed (training.pods.workers 1, training.pods.launcher jobset): "
         "install JobSet: kubectl apply --server-side -f "
         "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
     assert lines[-1].startswith(f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete jobsets")

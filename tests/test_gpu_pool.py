@@ -12,6 +12,7 @@ from pipelines.config import parse_config
 from pipelines.factory import launch_json
 from pipelines.manifests import tenant_manifests
 from tests.fixtures.k8s_schema import assert_valid
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
 QUEUED = {"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": "nightly"}
@@ -20,7 +21,7 @@ QUEUED = {"kueue.x-k8s.io/queue-name": "gpus", "kueue.x-k8s.io/priority-class": 
 def with_cluster(config, **training):
     raw = config.model_dump(exclude_none=True)
     raw["cluster"].update(queue="gpus", priority="nightly")
-    raw["training"].update(training)
+    raw["training"]["pods"] = {**raw["training"].get("pods", {}), **training}
     return parse_config(raw)
 
 
@@ -43,7 +44,7 @@ def test_a_single_worker_run_queues_its_jobset_and_no_kfp_task(penguins_config):
 
 def test_launcher_pod_queues_the_train_pod_itself(penguins_config):
     config = with_cluster(penguins_config)
-    config = config.model_copy(update={"training": config.training.model_copy(update={"launcher": "pod"})})
+    config = with_pods(config, launcher="pod")
     docs = list(yaml.safe_load_all(compile_to_text(config)))
     assert pod_labels(docs, "exec-train") == QUEUED
 
@@ -96,9 +97,10 @@ def test_two_teams_share_one_cohort_and_the_flavors(ctr_config):
 
 def test_a_spot_config_compiles_with_the_spot_selector_toleration_and_more_retries(penguins_config):
     raw = penguins_config.model_dump(exclude_none=True)
-    raw["training"].update(spot=True, retries=2, checkpoint_steps=200)
+    raw["training"].update(checkpoint_steps=200)
+    raw["training"]["pods"].update(spot=True, retries=2)
     config = parse_config(raw)
-    assert (config.training.retries, config.training.checkpoint_steps) == (5, 50)
+    assert (config.training.pods.retries, config.training.checkpoint_steps) == (5, 50)
     docs = list(yaml.safe_load_all(compile_to_text(config)))
     launch = Launch.from_json(launch_json(config))
     assert launch.shape.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
@@ -110,7 +112,7 @@ def test_a_spot_config_compiles_with_the_spot_selector_toleration_and_more_retri
     assert job_manifest(launch, "gpupipe-train-1", "team-a", ["python"])["spec"]["failurePolicy"] == {"maxRestarts": 5}
     settings = json.loads(docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["settings"]
                           ["runtimeValue"]["constant"])
-    assert settings["checkpoint_steps"] == 50 and settings["spot"] is True
+    assert settings["checkpoint_steps"] == 50 and settings["pods"]["spot"] is True
 
 
 # -- Kueue's ClusterQueue webhook, beyond the CRD's schema ----------------------------------------
@@ -265,11 +267,11 @@ def test_a_teams_quota_is_what_its_jobset_pods_request(ctr_config, workers):
     from kubernetes.utils import parse_quantity
 
     config = with_cluster(ctr_config)
-    config = config.model_copy(update={"training": config.training.model_copy(update={"workers": workers})})
+    config = with_pods(config, workers=workers)
     job = job_manifest(Launch.from_json(launch_json(config)), "gpupipe-train-1", "team-a", ["python"])
     replicated = job["spec"]["replicatedJobs"][0]["template"]["spec"]
     needed = _requests([(replicated["template"]["spec"], replicated["parallelism"])])
-    gpus = config.training.gpus * workers
+    gpus = config.training.pods.gpus * workers
     queue = next(d for d in tenant_manifests(config, "team-a", gpu_quota=gpus) if d["kind"] == "ClusterQueue")
     quota = {r["name"]: parse_quantity(str(r["nominalQuota"]))
              for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
@@ -280,7 +282,7 @@ def test_with_launcher_pod_the_quota_counts_argos_wait_sidecar(penguins_config):
     from kubernetes.utils import parse_quantity
 
     config = with_cluster(penguins_config)
-    pod = config.model_copy(update={"training": config.training.model_copy(update={"launcher": "pod"})})
+    pod = with_pods(config, launcher="pod")
     quota = lambda c: {r["name"]: parse_quantity(str(r["nominalQuota"])) for r in next(  # noqa: E731
         d for d in tenant_manifests(c, "team-a", gpu_quota=1) if d["kind"] == "ClusterQueue")
         ["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}

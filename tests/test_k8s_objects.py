@@ -10,6 +10,7 @@ from components.train.launch import Launch, job_manifest
 from pipelines.factory import launch_json
 from pipelines.manifests import kserve_inference_service, launcher_rbac, tf_serving_manifests
 from tests.fixtures.k8s_schema import assert_valid, validation_errors
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
 COMMAND = ["python", "-m", "components.train", "--examples", "gs://b/x"]
@@ -18,7 +19,7 @@ OWNER = [{"apiVersion": "v1", "kind": "Pod", "name": "ctr-train-x", "uid": "0f1e
 
 
 def launched(config, kind: str) -> dict:
-    config = config.model_copy(update={"training": config.training.model_copy(update={"launcher": kind})})
+    config = with_pods(config, launcher=kind)
     return job_manifest(Launch.from_json(launch_json(config)), "gpupipe-train-1a2b3c4d", "team-a", COMMAND, OWNER)
 
 

@@ -9,13 +9,14 @@ from components.contracts.errors import GpupipeError
 from components.train.launch import (INDEX_ENV, WORKERS_ENV, Launch, follow_job, job_manifest, job_state,
                                      tf_config_from_env)
 from pipelines.factory import launch_json
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.unit
 COMMAND = ["python", "-m", "components.train", "--examples", "gs://b/examples"]
 
 
 def ctr_launch(ctr_config, **update) -> Launch:
-    config = ctr_config.model_copy(update={"training": ctr_config.training.model_copy(update=update)})
+    config = with_pods(ctr_config, **update)
     return Launch.from_json(launch_json(config))
 
 
@@ -64,7 +65,7 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
 
 def test_cpu_training_and_launcher_pod_launch_no_job(penguins_config):
     def with_training(**update):
-        return penguins_config.model_copy(update={"training": penguins_config.training.model_copy(update=update)})
+        return with_pods(penguins_config, **update)
 
     assert launch_json(with_training(gpus=0, accelerator=None)) == ""
     assert launch_json(with_training(launcher="pod")) == ""
@@ -137,7 +138,7 @@ def test_the_launcher_creates_follows_and_deletes_a_failed_job_through_the_kuber
 
     failed = [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}]
     with kubernetes_api([RUNNING, RUNNING, failed]) as (url, cluster):
-        with pytest.raises(GpupipeError, match=r"training.workers: JobSet default/gpupipe-train-\w+ failed "
+        with pytest.raises(GpupipeError, match=r"training.pods.workers: JobSet default/gpupipe-train-\w+ failed "
                                                r"\(FailedJobs: jobset failed\)"):
             run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
     methods = [m for m, _ in cluster.requests]

@@ -21,6 +21,7 @@ from components.train.launch import Launch, job_manifest
 from pipelines.config import load_config
 from pipelines.factory import launch_json
 from pipelines.manifests import kserve_inference_service, tf_serving_manifests
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def effective(pod: dict, container: dict, field: str):
 
 
 def with_training(config, **update):
-    return config.model_copy(update={"training": config.training.model_copy(update=update)})
+    return with_pods(config, **update)
 
 
 def worker_pod(manifest: dict) -> dict:

@@ -13,6 +13,7 @@ from pipelines.cli import compile_to_text, compiled_path, main
 from pipelines.config import load_config, parse_config
 from tests.fixtures.k8s_schema import assert_valid
 from tests.test_compile import compiled_pod_shape, job_pod_shape
+from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +86,7 @@ def ceph_ctr(ctr_config):
                              "credentials_secret": "ceph-keys"}}
     raw["cluster"]["serving_base"] = "s3://models/serving"
     config = parse_config(raw)
-    single = config.model_copy(update={"training": config.training.model_copy(update={"workers": 1,
-                                                                                       "launcher": "pod"})})
+    single = with_pods(config, workers=1, launcher="pod")
     return config, list(yaml.safe_load_all(compile_to_text(single)))
 
 
@@ -96,8 +96,7 @@ def test_the_multi_worker_jobs_workers_get_the_same_environment_and_secret_refs(
     from pipelines.factory import launch_json
 
     config, single = ceph_ctr
-    launch = Launch.from_json(launch_json(config.model_copy(
-        update={"training": config.training.model_copy(update={"launcher": kind})})))
+    launch = Launch.from_json(launch_json(with_pods(config, launcher=kind)))
     manifest = job_manifest(launch, "gpupipe-train-x", "team-a", ["python", "-m", "components.train"])
     pod = (manifest["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"] if kind == "tfjob" else
            manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])

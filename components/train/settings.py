@@ -7,7 +7,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field, field_validator, model_validator
 
-from components.contracts.pods import Toleration, check_labels, check_quantity
+from components.contracts.pods import Toleration, check_labels
 from components.contracts.settings import Strict
 
 
@@ -43,6 +43,63 @@ class LearningRateSchedule(Strict):
     alpha: float = Field(0.0, ge=0, le=1, description="cosine: the final rate as a fraction of the initial one")
     every_steps: int = Field(1000, ge=1, description="step: steps between two decays")
     factor: float = Field(0.5, gt=0, le=1, description="step: the rate is multiplied by this at each decay")
+
+
+# Keys that were once training.cpu / training.memory: the training pods' CPU and memory have
+# one home, cluster.resources.train, like every other step's.
+MOVED_TO_CLUSTER_RESOURCES = ("cpu", "memory")
+
+
+class TrainingPods(Strict):
+    """The pods that train on the cluster (pipelines/pods.py turns these into a PodShape): how
+    they are launched, how many, their GPUs and placement, and how often they restart. Their
+    CPU and memory are cluster.resources.train's, like every step's."""
+
+    retries: int = Field(2, ge=0, description="restarts after a preemption or a lost node (exit 143): the "
+                                              "JobSet's or TFJob's restart budget; with launcher: pod, KFP retries "
+                                              "of the train task")
+    retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
+    accelerator: Optional[str] = Field(
+        None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
+    gpus: int = Field(0, ge=0, description="GPUs per worker (a limit)")
+    workers: int = Field(1, ge=1, description="> 1: the train task launches a multi-worker job with this many "
+                                              "workers (MultiWorkerMirroredStrategy)")
+    launcher: Literal["jobset", "tfjob", "pod"] = Field(
+        "jobset", description="how GPU training runs on the cluster: a JobSet (jobset.x-k8s.io, 1 to N workers) or a "
+                              "Kubeflow TFJob (needs the training-operator) that a small CPU train task launches and "
+                              "follows, Kueue admitting the job as one workload and its failurePolicy restarting it "
+                              "(training.pods.retries times) from the backup; or, on clusters without either, pod: one "
+                              "worker in the train task's own pod, where only KFP's retry restarts it, within an hour "
+                              "of the first attempt's start (kfp 2.13's retry backoff cap, counted by Argo)")
+    node_selector: Dict[str, str] = Field(default_factory=dict)
+    tolerations: List[Toleration] = Field(default_factory=list)
+    job_namespace: Optional[str] = Field(None, description="namespace of the multi-worker job (default: the train "
+                                                           "task's own)")
+
+    spot: bool = Field(False, description="train on the spot pool (cluster.spot_node_selector and spot_tolerations): "
+                                          "checkpoint_steps at most 50 and retries at least 5, since spot nodes go "
+                                          "away with short notice")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spot_retries_more(cls, data):
+        if isinstance(data, dict) and data.get("spot"):
+            retries = data.get("retries", cls.model_fields["retries"].default)
+            data = {**data, "retries": max(retries, SPOT_RETRIES)}
+        return data
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: Dict[str, str]) -> Dict[str, str]:
+        return check_labels(v, "training.pods.node_selector")
+
+    @model_validator(mode="after")
+    def _gpus_need_accelerator(self) -> "TrainingPods":
+        if self.gpus and not self.accelerator:
+            raise ValueError("gpus is set but accelerator is not; add accelerator: nvidia.com/gpu")
+        if self.accelerator and not self.gpus:
+            raise ValueError("accelerator is set but gpus is 0; set gpus: 1 or more")
+        return self
 
 
 class TrainSettings(Strict):
@@ -108,43 +165,31 @@ class TrainSettings(Strict):
     lr_schedule: Optional[LearningRateSchedule] = Field(None, description="unset: a constant learning rate")
     profile_steps: Optional[Tuple[int, int]] = Field(
         None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")
-    # The pods that train (pipelines/pods.py turns these into a PodShape).
-    retries: int = Field(2, ge=0, description="restarts after a preemption or a lost node (exit 143): the "
-                                              "JobSet's or TFJob's restart budget; with launcher: pod, KFP retries "
-                                              "of the train task")
-    retry_backoff: str = Field("60s", pattern=r"^\d+(s|m|h)$")
-    accelerator: Optional[str] = Field(
-        None, description="Kubernetes GPU resource name requested by the train task, e.g. nvidia.com/gpu")
-    gpus: int = Field(0, ge=0, description="GPUs per worker (a limit)")
-    workers: int = Field(1, ge=1, description="> 1: the train task launches a multi-worker job with this many "
-                                              "workers (MultiWorkerMirroredStrategy)")
-    launcher: Literal["jobset", "tfjob", "pod"] = Field(
-        "jobset", description="how GPU training runs on the cluster: a JobSet (jobset.x-k8s.io, 1 to N workers) or a "
-                              "Kubeflow TFJob (needs the training-operator) that a small CPU train task launches and "
-                              "follows, Kueue admitting the job as one workload and its failurePolicy restarting it "
-                              "(training.retries times) from the backup; or, on clusters without either, pod: one "
-                              "worker in the train task's own pod, where only KFP's retry restarts it, within an hour "
-                              "of the first attempt's start (kfp 2.13's retry backoff cap, counted by Argo)")
-    cpu: Optional[str] = Field(None, description="CPU request and limit of each training pod, e.g. '4'")
-    memory: Optional[str] = Field(None, description="memory request and limit of each training pod, e.g. '16Gi'")
-    node_selector: Dict[str, str] = Field(default_factory=dict)
-    tolerations: List[Toleration] = Field(default_factory=list)
-    job_namespace: Optional[str] = Field(None, description="namespace of the multi-worker job (default: the train "
-                                                           "task's own)")
-
-    spot: bool = Field(False, description="train on the spot pool (cluster.spot_node_selector and spot_tolerations): "
-                                          "checkpoint_steps at most 50 and retries at least 5, since spot nodes go "
-                                          "away with short notice")
+    pods: TrainingPods = Field(
+        default_factory=TrainingPods,
+        description="the pods that train on the cluster: launcher, workers, GPUs, placement, spot, restarts "
+                    "(their CPU and memory: cluster.resources.train)")
 
     @model_validator(mode="before")
     @classmethod
-    def _spot_checkpoints_often_and_retries_more(cls, data):
-        if isinstance(data, dict) and data.get("spot"):
-            fields = cls.model_fields
-            steps = data.get("checkpoint_steps", fields["checkpoint_steps"].default)
-            retries = data.get("retries", fields["retries"].default)
-            data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS),
-                    "retries": max(retries, SPOT_RETRIES)}
+    def _pod_keys_live_under_pods(cls, data):
+        if isinstance(data, dict):
+            for key in data:
+                if key in MOVED_TO_CLUSTER_RESOURCES:
+                    raise ValueError(f"training.{key} is not a key; the training pods' {key} is "
+                                     f"cluster.resources.train.{key} (request; {key}_limit for the limit)")
+                if key in TrainingPods.model_fields:
+                    raise ValueError(f"training.{key} is not a key; write it as training.pods.{key}")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spot_checkpoints_often(cls, data):
+        pods = data.get("pods") if isinstance(data, dict) else None
+        spot = pods.spot if isinstance(pods, TrainingPods) else isinstance(pods, dict) and pods.get("spot")
+        if spot:
+            steps = data.get("checkpoint_steps", cls.model_fields["checkpoint_steps"].default)
+            data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS)}
         return data
 
     @field_validator("hidden_units")
@@ -154,16 +199,6 @@ class TrainSettings(Strict):
             raise ValueError("give one or more positive layer widths, e.g. [64, 32]")
         return v
 
-    @field_validator("node_selector")
-    @classmethod
-    def _labels(cls, v: Dict[str, str]) -> Dict[str, str]:
-        return check_labels(v, "training.node_selector")
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _quantities(cls, v: Optional[str], info) -> Optional[str]:
-        return check_quantity(v, f"training.{info.field_name}")
-
     @field_validator("custom_model")
     @classmethod
     def _module_function(cls, v: Optional[str]) -> Optional[str]:
@@ -171,10 +206,3 @@ class TrainSettings(Strict):
             raise ValueError(f"'{v}' is not module:function, e.g. my_models.wide:build")
         return v
 
-    @model_validator(mode="after")
-    def _gpus_need_accelerator(self) -> "TrainSettings":
-        if self.gpus and not self.accelerator:
-            raise ValueError("gpus is set but accelerator is not; add accelerator: nvidia.com/gpu")
-        if self.accelerator and not self.gpus:
-            raise ValueError("accelerator is set but gpus is 0; set gpus: 1 or more")
-        return self
