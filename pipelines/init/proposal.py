@@ -1,0 +1,104 @@
+"""What `gpupipe init` proposes for a table, and how: sample it, read the label's task,
+choose the features, size the training.
+
+`propose` puts the other modules together: the sample (sample.py), the label's task and
+metric (label.py), the features and the columns left out (features.py); the batch size,
+learning rate and epoch cap follow from the number of sampled rows.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from components.contracts.errors import GpupipeError
+from components.contracts.settings import safe_name
+from components.sources import readers
+from pipelines.init.features import choose_features, find_leaks
+from pipelines.init.label import label_task
+from pipelines.init.sample import SAMPLE_ROWS, sample_table
+
+# The epoch cap: room for about this many training steps (early stopping on the validation
+# slice of train usually ends training well before it), between MIN_EPOCHS and MAX_EPOCHS.
+TARGET_STEPS = 20_000
+MIN_EPOCHS, MAX_EPOCHS = 20, 300
+SMALL_TABLE_ROWS = 10_000  # below: batch_size 32 and learning rate 0.01; else 256 and 0.001
+
+
+@dataclass
+class Proposal:
+    """What init proposes, and why."""
+
+    name: str
+    source: str
+    format: str
+    label: str
+    task: str
+    metric: str
+    sample_trivial: float  # what a model that learnt nothing scores on the sample (evaluate recomputes it)
+    threshold_why: str
+    label_note: str
+    rows: int  # sampled rows
+    whole_file: bool  # the sample is every row of the source
+    total_rows: int = 0  # rows of the source the sample was drawn from
+    files: int = 1  # files of the source
+    codes: List[Tuple[str, str]] = field(default_factory=list)  # (integer column proposed categorical, why)
+    numeric: List[str] = field(default_factory=list)
+    categorical: List[str] = field(default_factory=list)
+    left_out: List[Tuple[str, str]] = field(default_factory=list)  # (column, reason)
+    batch_size: int = 32
+    epochs: int = 10
+    learning_rate: float = 0.01
+    label_missing: float = 0.0  # share of sampled rows without a label
+
+    threshold = "from the eval split at run time"  # what the gate's threshold is (`gpupipe init` prints it)
+
+    @property
+    def renamed(self) -> List[Tuple[str, str]]:
+        return [(c, safe_name(c)) for c in [self.label, *self.numeric, *self.categorical] if safe_name(c) != c]
+
+
+def pipeline_name(source: str) -> str:
+    """A pipeline and model name from the source's file or folder name: lowercase letters,
+    digits and '-', a letter first."""
+    base = os.path.basename(source.rstrip("/")) or "table"
+    base = re.sub(r"\.(gz|gzip)$", "", base, flags=re.I)
+    base = re.sub(r"\.(csv|parquet|pq|tfrecords?)$", "", base, flags=re.I)
+    name = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-") or "table"
+    return (name if name[0].isalpha() else f"t-{name}")[:63].rstrip("-")
+
+
+def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optional[str] = None,
+            data_format: str = "auto") -> Proposal:
+    files = readers.resolve(source, data_format)
+    first = files[0]
+    header = readers.columns_of(first)
+    if label not in header:
+        raise GpupipeError(f"{source}: no column '{label}' (columns: {', '.join(header)}): pass --label "
+                           "one of them")
+    table, total, codes = sample_table(files, sample_rows)
+    rows = table.num_rows
+    task, metric, trivial, answer, note = label_task(table.column(label), label, source, rows)
+    numeric, categorical, left_out, proposed_codes = choose_features(table, label, codes)
+    leaks = find_leaks(table, label, task, numeric, categorical)
+    leaked = {c for c, _ in leaks}
+    numeric = [c for c in numeric if c not in leaked]
+    categorical = [c for c in categorical if c not in leaked]
+    left_out += leaks
+    proposed_codes = [(c, why) for c, why in proposed_codes if c not in leaked]
+    if not numeric and not categorical:
+        raise GpupipeError(f"{source}: no column besides '{label}' can be a feature"
+                           f"{' (' + '; '.join(f'{c}: {r}' for c, r in left_out) + ')' if left_out else ''}: "
+                           "add feature columns to the data")
+    batch_size = 32 if rows < SMALL_TABLE_ROWS else 256
+    steps_per_epoch = max(1, math.ceil(rows * 0.8 / batch_size))
+    return Proposal(
+        name=name or pipeline_name(source), source=source, format=first.format, label=label, task=task, metric=metric,
+        sample_trivial=trivial, threshold_why=answer, label_note=note, rows=rows,
+        whole_file=rows == total, total_rows=total, files=len(files), numeric=numeric, categorical=categorical,
+        left_out=left_out, codes=proposed_codes, batch_size=batch_size,
+        label_missing=table.column(label).null_count / rows,
+        epochs=min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS / steps_per_epoch))),
+        learning_rate=0.01 if rows < SMALL_TABLE_ROWS else 0.001)
