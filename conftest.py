@@ -24,10 +24,22 @@ def penguins_csv() -> Path:
 @pytest.fixture(scope="session")
 def ingest():
     """The real ingest (components.ingest.logic.ingest_data), for the tests of the steps
-    that read an examples artifact: they get it here instead of importing another step."""
+    that read an examples artifact: they get it here instead of importing another step, so
+    it builds the data section (DataSettings) from the columns it is given: (source,
+    output_dir, label, numeric, categorical, eval_percent, split_key, *, numeric_label,
+    shard_rows, any other DataSettings field)."""
     from components.ingest.logic import ingest_data
+    from components.ingest.settings import DataSettings
 
-    return ingest_data
+    def ingest_columns(source, output_dir, label, numeric_features, categorical_features, eval_percent=20,
+                       split_key=None, *, numeric_label=False, **fields):
+        run = {k: fields.pop(k) for k in ("shard_rows",) if k in fields}
+        settings = DataSettings(source=source, label=label, numeric_features=numeric_features,
+                                categorical_features=categorical_features,
+                                split={"eval_percent": eval_percent, "key": split_key}, **fields)
+        return ingest_data(settings, output_dir, numeric_label=numeric_label, **run)
+
+    return ingest_columns
 
 
 @pytest.fixture(scope="session")

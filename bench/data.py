@@ -57,10 +57,12 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
         return ingest_engine(name, workdir, rows)
     if name == "ingest":
         from components.ingest.logic import ingest_data
+        from components.ingest.settings import DataSettings
 
         started = time.perf_counter()
-        manifest = ingest_data(csv_path, examples, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL,
-                               eval_percent=10, compression_level=level, with_statistics=False)
+        manifest = ingest_data(DataSettings(source=csv_path, label=synthetic.LABEL, numeric_features=synthetic.NUMERIC,
+                                            categorical_features=synthetic.CATEGORICAL, split={"eval_percent": 10}),
+                               examples, compression_level=level, with_statistics=False)
         seconds = time.perf_counter() - started
         out_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(examples) for f in fs)
         return {"rows": sum(manifest["rows"].values()), "seconds": seconds, "output_mb": out_bytes / 2 ** 20}
@@ -115,16 +117,20 @@ def ingest_engine(name: str, workdir: str, rows: int) -> dict:
 
     source, out = parts_dir(workdir, rows), os.path.join(workdir, f"examples-{name}-{rows}")
     shutil.rmtree(out, ignore_errors=True)
-    columns = (synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL)
+    from components.ingest.settings import DataSettings
+
+    settings = DataSettings(source=source, label=synthetic.LABEL, numeric_features=synthetic.NUMERIC,
+                            categorical_features=synthetic.CATEGORICAL, split={"eval_percent": 10},
+                            beam_pipeline_args=ENGINES[name] or [])
     started = time.perf_counter()
     if ENGINES[name] is None:
         from components.ingest.logic import ingest_data
 
-        manifest = ingest_data(source, out, *columns, eval_percent=10)
+        manifest = ingest_data(settings, out)
     else:
         from components.ingest.beam import ingest_data_beam
 
-        manifest = ingest_data_beam(source, out, *columns, eval_percent=10, pipeline_args=ENGINES[name])
+        manifest = ingest_data_beam(settings, out)
     seconds = time.perf_counter() - started
     return {"rows": sum(manifest["rows"].values()), "split_rows": manifest["rows"], "seconds": seconds}
 

@@ -64,6 +64,7 @@ def main() -> None:
 
     from components.contracts import storage
     from components.ingest.logic import ingest_data
+    from components.ingest.settings import DataSettings
     from components.sources import synthetic
     from tests.fixtures.gcs import gcs_emulator
     from tests.fixtures.s3 import s3_server
@@ -71,7 +72,8 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="gpupipe-bench-storage-")
     examples = os.path.join(work, "examples")
     label, numeric, categorical = synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL
-    ingest_data(f"synthetic:ctr?rows={args.rows}&seed=1", examples, label, numeric, categorical, eval_percent=10)
+    ingest_data(DataSettings(source=f"synthetic:ctr?rows={args.rows}&seed=1", label=label, numeric_features=numeric,
+                             categorical_features=categorical, split={"eval_percent": 10}), examples)
     local_files = [e.uri for e in storage.glob(os.path.join(examples, "train", "*.tfrecord.gz"))]
     size_mb = sum(os.path.getsize(f) for f in local_files) / 2 ** 20
     print(f"train split: {len(local_files)} shard(s), {size_mb:.1f} MB gzip, {args.rows:,} rows in all")

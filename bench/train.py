@@ -37,13 +37,15 @@ def prepare(rows: int, workdir: str, seed: int):
     """Synthetic rows -> ingest shards -> train-split statistics -> feature specs."""
     from components.contracts.features import specs_from_statistics
     from components.ingest.logic import ingest_data
+    from components.ingest.settings import DataSettings
     from components.sources import synthetic
     from components.validate.logic import ingest_statistics
 
     examples = os.path.join(workdir, "examples")
     if not os.path.isfile(os.path.join(examples, "statistics", "stats.pb")):
-        ingest_data(f"synthetic:ctr?rows={rows}&seed={seed}", examples, synthetic.LABEL, synthetic.NUMERIC,
-                   synthetic.CATEGORICAL, eval_percent=10, shard_rows=max(10_000, rows // 16))
+        ingest_data(DataSettings(source=f"synthetic:ctr?rows={rows}&seed={seed}", label=synthetic.LABEL,
+                                 numeric_features=synthetic.NUMERIC, categorical_features=synthetic.CATEGORICAL,
+                                 split={"eval_percent": 10}), examples, shard_rows=max(10_000, rows // 16))
     stats = ingest_statistics(examples)["train"].datasets[0]
     specs = specs_from_statistics(stats, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL, task="binary",
                                   max_vocabulary=1, hash_buckets=10_000)  # hash every categorical column

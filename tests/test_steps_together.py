@@ -7,6 +7,7 @@ import pytest
 from components.contracts.settings import Columns
 from components.evaluate.logic import score_model
 from components.ingest.logic import ingest_data
+from components.ingest.settings import DataSettings
 from components.train.logic import train_model
 from components.validate.logic import run_validation
 from conftest import penguin_settings
@@ -16,8 +17,9 @@ pytestmark = pytest.mark.unit
 
 def test_regression_task_trains_and_serves_predictions(tmp_path, penguins_csv):
     ex = str(tmp_path / "ex")
-    ingest_data(str(penguins_csv), ex, "body_mass_g", ["bill_length_mm", "flipper_length_mm"], ["species", "sex"],
-                numeric_label=True)
+    ingest_data(DataSettings(source=str(penguins_csv), label="body_mass_g",
+                             numeric_features=["bill_length_mm", "flipper_length_mm"],
+                             categorical_features=["species", "sex"]), ex, numeric_label=True)
     run_validation(ex, "body_mass_g", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                    str(tmp_path / "r.html"))
     columns = Columns(label="body_mass_g", numeric_features=["bill_length_mm", "flipper_length_mm"],
@@ -64,7 +66,9 @@ def test_evaluate_metrics_match_scikit_learn_on_a_real_model(tmp_path, penguins_
     assert evaluation.confusion_matrix == sk.confusion_matrix(y, probs.argmax(axis=1)).tolist()
 
     ex = str(tmp_path / "ex")
-    ingest_data(str(penguins_csv), ex, "sex", ["bill_length_mm", "bill_depth_mm", "body_mass_g"], ["species"])
+    ingest_data(DataSettings(source=str(penguins_csv), label="sex",
+                             numeric_features=["bill_length_mm", "bill_depth_mm", "body_mass_g"],
+                             categorical_features=["species"]), ex)
     run_validation(ex, "sex", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"), str(tmp_path / "r.html"))
     columns = Columns(label="sex", numeric_features=["bill_length_mm", "bill_depth_mm", "body_mass_g"],
                       categorical_features=["species"])
@@ -100,7 +104,7 @@ def test_columns_tensorflow_refuses_are_renamed_from_ingest_to_evaluate(tmp_path
     columns = Columns(label="species", numeric_features=["bill length (mm)", "bill-depth-mm", "body mass:g"],
                       categorical_features=["island name", "sex"])
     ex = str(tmp_path / "ex")
-    manifest = ingest_data(str(source), ex, columns.label, columns.numeric_features, columns.categorical_features)
+    manifest = ingest_data(DataSettings(source=str(source), **columns.model_dump()), ex)
     assert manifest["columns"] == {"bill_length_mm": "bill length (mm)", "bill_depth_mm": "bill-depth-mm",
                                    "body_mass_g": "body mass:g", "island_name": "island name"}
     run_validation(ex, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),

@@ -33,7 +33,8 @@ from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
-from components.ingest.tables import GZIP_LEVEL, column_types, finish_ingest, prepare_batch
+from components.ingest.settings import DataSettings
+from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
 _LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
@@ -260,26 +261,17 @@ def _move_into(local: str, output_dir: str) -> None:
         shutil.move(os.path.join(local, name), target)  # a rename on one filesystem
 
 
-def ingest_data_beam(
-    source: str,
-    output_dir: str,
-    label: str,
-    numeric_features: List[str],
-    categorical_features: List[str],
-    eval_percent: int = 20,
-    split_key: Optional[str] = None,
-    numeric_label: bool = False,
-    data_format: str = "auto",
-    na_values: Sequence[str] = names.NA_VALUES,
-    max_dropped_label_fraction: float = 1.0,
-    pipeline_args: Sequence[str] = (),
-) -> dict:
+def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: bool = False) -> dict:
     """`logic.ingest_data`'s outputs (shards, statistics/stats.pb, manifest.json) from one
-    Beam job. Returns the manifest."""
+    Beam job on the runner in `settings.beam_pipeline_args`; the same arguments. Returns
+    the manifest."""
     import apache_beam as beam
 
+    label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
+    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
+    pipeline_args = list(settings.beam_pipeline_args)
     runner_of(pipeline_args)
-    files = readers.resolve(source, data_format)
+    files = readers.resolve(settings.source, settings.format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
     check_reachable(files, pipeline_args)
@@ -292,7 +284,7 @@ def ingest_data_beam(
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.set_options(pipeline.options)
-        fn = ReadPrepareSplit(types, numeric_features, na_values, eval_percent, split_key,
+        fn = ReadPrepareSplit(types, numeric_features, settings.na_values, eval_percent, split_key,
                               [*numeric_features, *categorical_features])
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
@@ -308,16 +300,12 @@ def ingest_data_beam(
                  for split in names.SPLITS if rows[split]}
         shutil.rmtree(job)
         shards = {split: len(glob.glob(examples_pattern(local, split))) for split in names.SPLITS}
-        manifest = finish_ingest(
-            local, source=source, files=files,
-            per_file=[{"uri": s["uri"], "bytes": s["bytes"], "rows": s["rows"]} for s in summaries],
-            rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats,
-            stats_seconds=None, label=label, numeric_features=numeric_features,
-            categorical_features=categorical_features, numeric_label=numeric_label, split_key=split_key,
-            eval_percent=eval_percent, compression_level=GZIP_LEVEL,
-            max_dropped_label_fraction=max_dropped_label_fraction,
-            engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
-                    "pipeline_args": list(pipeline_args)})
+        tally = Tally(files=files,
+                      per_file=[{"uri": s["uri"], "bytes": s["bytes"], "rows": s["rows"]} for s in summaries],
+                      rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats)
+        manifest = finish_ingest(local, settings, tally, numeric_label=numeric_label, compression_level=GZIP_LEVEL,
+                                 engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
+                                         "pipeline_args": pipeline_args})
         _move_into(local, output_dir)
         return manifest
     finally:

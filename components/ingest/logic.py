@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import pyarrow as pa
 
@@ -20,7 +20,7 @@ from components.contracts.errors import reports_errors
 from components.contracts.examples import shard_path
 from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
-from components.ingest.tables import GZIP_LEVEL, SHARD_ROWS, column_types, finish_ingest, prepare_batch
+from components.ingest.tables import GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
 
@@ -77,28 +77,20 @@ class _ShardWriter:
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpupipe-shard-writer")
 
 
-def ingest_data(
-    source: str,
-    output_dir: str,
-    label: str,
-    numeric_features: List[str],
-    categorical_features: List[str],
-    eval_percent: int = 20,
-    split_key: Optional[str] = None,
-    shard_rows: int = SHARD_ROWS,
-    numeric_label: bool = False,
-    data_format: str = "auto",
-    compression_level: int = GZIP_LEVEL,
-    with_statistics: bool = True,
-    na_values: Sequence[str] = names.NA_VALUES,
-    max_dropped_label_fraction: float = 1.0,
-) -> dict:
-    """Reads `source` (CSV, Parquet or TFRecord; a file, directory, glob or gs:// prefix;
-    or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz` plus
-    `output_dir/manifest.json`. Returns the manifest. The examples name each column by its
-    safe name (contracts.settings.safe_name); the manifest's `columns` maps the renamed ones
-    back to the data's names."""
-    files = readers.resolve(source, data_format)
+def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool = False,
+                shard_rows: int = SHARD_ROWS, compression_level: int = GZIP_LEVEL,
+                with_statistics: bool = True) -> dict:
+    """Reads `settings.source` (CSV, Parquet or TFRecord; a file, directory, glob or gs://
+    prefix; or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz`
+    plus `output_dir/manifest.json`. Returns the manifest. `settings`: the config's data
+    section; `numeric_label`: the label is a number (regression). The examples name each
+    column by its safe name (contracts.settings.safe_name); the manifest's `columns` maps
+    the renamed ones back to the data's names. `beam.ingest_data_beam` takes the same
+    (settings, output_dir, numeric_label); the rest here tunes this in-process engine
+    (rows per shard, gzip level, statistics or not: bench/data.py measures them)."""
+    label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
+    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
+    files = readers.resolve(settings.source, settings.format)
     readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
     types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
     features = [*numeric_features, *categorical_features]
@@ -110,7 +102,7 @@ def ingest_data(
     try:
         for f in files:
             file_rows = 0
-            for batch in readers.read_batches(f, types, na_values):
+            for batch in readers.read_batches(f, types, settings.na_values):
                 dropped, prepared = prepare_batch(batch, numeric_features, f.uri, eval_percent, split_key, features)
                 dropped_no_label += dropped
                 if prepared is None:
@@ -129,13 +121,11 @@ def ingest_data(
     if statistics:
         stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty} \
             if sum(rows.values()) else {}
-    return finish_ingest(
-        output_dir, source=source, files=files, per_file=per_file, rows=rows,
-        shards={split: w.shards for split, w in writers.items()}, dropped_no_label=dropped_no_label, stats=stats,
-        stats_seconds=sum(st.seconds for st in statistics.values()), label=label, numeric_features=numeric_features,
-        categorical_features=categorical_features, numeric_label=numeric_label, split_key=split_key,
-        eval_percent=eval_percent, compression_level=compression_level,
-        max_dropped_label_fraction=max_dropped_label_fraction)
+    tally = Tally(files=files, per_file=per_file, rows=rows, shards={split: w.shards for split, w in writers.items()},
+                  dropped_no_label=dropped_no_label, stats=stats,
+                  stats_seconds=sum(st.seconds for st in statistics.values()))
+    return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
+                         compression_level=compression_level)
 
 
 def pick_engine(settings: DataSettings) -> Tuple[str, Optional[float]]:
@@ -158,16 +148,12 @@ def run_ingest(*, settings: DataSettings, examples_dir: str, numeric_label: bool
         print(f"note: data.engine auto: {settings.source} is {megabytes:,.1f} MB, "
               f"{'above' if engine == 'beam' else 'at or below'} data.beam_threshold_mb "
               f"({settings.beam_threshold_mb:g}): {engine}", flush=True)
-    common = dict(numeric_label=numeric_label, data_format=settings.format, na_values=settings.na_values,
-                  max_dropped_label_fraction=settings.max_dropped_label_fraction)
-    args = (settings.source, examples_dir, settings.label, list(settings.numeric_features),
-            list(settings.categorical_features), settings.split.eval_percent, settings.split.key)
     if engine == "beam":
         from components.ingest.beam import ingest_data_beam
 
-        manifest = ingest_data_beam(*args, pipeline_args=settings.beam_pipeline_args, **common)
+        manifest = ingest_data_beam(settings, examples_dir, numeric_label=numeric_label)
     else:
-        manifest = ingest_data(*args, **common)
+        manifest = ingest_data(settings, examples_dir, numeric_label=numeric_label)
     if manifest["rows_dropped_missing_label"]:
         print(f"note: {manifest['rows_dropped_missing_label']} row(s) without a '{settings.label}' dropped",
               flush=True)

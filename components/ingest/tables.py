@@ -19,6 +19,7 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import as_list_batch, encode_examples, ingest_statistics_path, manifest_path
 from components.contracts.settings import safe_name
 from components.contracts.statistics import write_statistics
+from components.ingest.settings import DataSettings
 from components.sources import readers
 
 SHARD_ROWS = 200_000
@@ -134,14 +135,30 @@ def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, 
     return dropped, PreparedBatch(lists, encode_examples(batch, lists), is_eval)
 
 
-def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFile], per_file: List[dict],
-                  rows: Dict[str, int], shards: Dict[str, int], dropped_no_label: int,
-                  stats: Optional[Dict[str, object]], stats_seconds: Optional[float], label: str,
-                  numeric_features: List[str], categorical_features: List[str], numeric_label: bool,
-                  split_key: Optional[str], eval_percent: int, compression_level: int,
-                  max_dropped_label_fraction: float, engine: Optional[dict] = None) -> dict:
+@dataclass(frozen=True)
+class Tally:
+    """What one engine's pass over the source found: the files (and per file its uri,
+    bytes and rows), the rows and shards per split, the rows dropped for a missing label,
+    the statistics per split (None: not computed) and the seconds spent in them (None: not
+    timed apart, as inside a Beam job)."""
+
+    files: List[readers.SourceFile]
+    per_file: List[dict]
+    rows: Dict[str, int]
+    shards: Dict[str, int]
+    dropped_no_label: int
+    stats: Optional[Dict[str, object]]
+    stats_seconds: Optional[float] = None
+
+
+def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, numeric_label: bool,
+                  compression_level: int, engine: Optional[dict] = None) -> dict:
     """The checks on the whole table (rows without a label, empty features, empty splits),
     then the statistics file and manifest.json (written last). Both engines end here."""
+    source, label, split_key = settings.source, settings.label, settings.split.key
+    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
+    files, rows, dropped_no_label, stats = tally.files, tally.rows, tally.dropped_no_label, tally.stats
+    max_dropped_label_fraction = settings.max_dropped_label_fraction
     read = sum(rows.values()) + dropped_no_label
     if read and dropped_no_label / read > max_dropped_label_fraction:
         raise GpupipeError(
@@ -161,13 +178,13 @@ def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFil
     manifest = {
         "source": source,
         "format": files[0].format,
-        "files": per_file,
+        "files": tally.per_file,
         "source_bytes": sum(f.size for f in files),
         "source_fingerprint": readers.fingerprint(files),
         "rows": rows,
-        "shards": shards,
+        "shards": tally.shards,
         "rows_dropped_missing_label": dropped_no_label,
-        "split": {"rule": "hash", "key": split_key or "<features>", "eval_percent": eval_percent},
+        "split": {"rule": "hash", "key": split_key or "<features>", "eval_percent": settings.split.eval_percent},
         "label": safe_name(label),
         "label_type": "numeric" if numeric_label else "categorical",
         "features": {
@@ -183,8 +200,8 @@ def finish_ingest(output_dir: str, *, source: str, files: List[readers.SourceFil
         stats_path = ingest_statistics_path(output_dir)
         write_statistics(stats_path, stats)
         manifest["statistics"] = {"file": os.path.relpath(stats_path, output_dir)}
-        if stats_seconds is not None:  # the time in TFDV (not timed apart inside a Beam job)
-            manifest["statistics"]["seconds"] = round(stats_seconds, 3)
+        if tally.stats_seconds is not None:  # the time in TFDV (not timed apart inside a Beam job)
+            manifest["statistics"]["seconds"] = round(tally.stats_seconds, 3)
     with open(manifest_path(output_dir), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2)
     return manifest

@@ -2,6 +2,7 @@
 multi-file input: the same examples in the same splits, the same statistics, the same
 one-line errors, nothing half-written."""
 import glob
+import inspect
 import json
 import os
 import random
@@ -139,9 +140,9 @@ def test_a_bad_row_is_the_same_one_line_error_and_nothing_is_written(tmp_path, m
             gcs_client().bucket(bucket).blob(f"raw/{name}").upload_from_filename(os.path.join(local_source, name))
         source = f"gs://{bucket}/raw"
         with pytest.raises(GpupipeError) as in_process:
-            ingest_data(source, str(tmp_path / "local"), **COLUMNS)
+            ingest_data(DataSettings(source=source, **COLUMNS), str(tmp_path / "local"))
         with pytest.raises(GpupipeError) as on_beam:
-            ingest_data_beam(source, str(tmp_path / "beam"), **COLUMNS)
+            ingest_data_beam(DataSettings(source=source, **COLUMNS), str(tmp_path / "beam"))
         message = str(on_beam.value)
         assert message == str(in_process.value)
         assert message.startswith(f"data.source: {source}/part-1.csv line 57: column 'x' is declared numeric but "
@@ -161,10 +162,11 @@ def test_a_remote_runner_needs_a_temp_location_and_data_it_can_reach(tmp_path):
     source = write_source(tmp_path / "src", files=1, rows=5)
     with pytest.raises(GpupipeError, match=r"^data.source: .*part-0.csv is on this task's disk, which the workers of "
                                            r"--runner=DataflowRunner cannot read; put the data on gs://"):
-        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS,
-                         pipeline_args=["--runner=DataflowRunner", "--temp_location=gs://b/tmp"])
+        ingest_data_beam(DataSettings(source=source, **COLUMNS, beam_pipeline_args=[
+            "--runner=DataflowRunner", "--temp_location=gs://b/tmp"]), str(tmp_path / "o"))
     with pytest.raises(GpupipeError, match=r"^data.beam_pipeline_args: --runner=FastRunner is not a Beam runner; use "):
-        ingest_data_beam(source, str(tmp_path / "o"), **COLUMNS, pipeline_args=["--runner=FastRunner"])
+        ingest_data_beam(DataSettings(source=source, **COLUMNS, beam_pipeline_args=["--runner=FastRunner"]),
+                         str(tmp_path / "o"))
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
@@ -192,8 +194,8 @@ def test_both_engines_split_by_a_key_that_is_not_a_feature_and_keep_feature_twin
     cases = {"keyed": (source, "id"), "twins": (str(twins), None)}
     for case, (src, key) in cases.items():
         out = {engine: str(tmp_path / f"{case}-{engine}") for engine in ("local", "beam")}
-        local = ingest_data(src, out["local"], **columns, eval_percent=30, split_key=key)
-        beam = ingest_data_beam(src, out["beam"], **columns, eval_percent=30, split_key=key)
+        settings = DataSettings(source=src, **columns, split={"eval_percent": 30, "key": key})
+        local, beam = ingest_data(settings, out["local"]), ingest_data_beam(settings, out["beam"])
         assert local["rows"] == beam["rows"] and local["split"]["key"] == (key or "<features>")
         for split in ("train", "eval"):
             in_process = records(out["local"], split)
@@ -208,3 +210,13 @@ def test_both_engines_split_by_a_key_that_is_not_a_feature_and_keep_feature_twin
             labelled = sum(1 for line in lines if line.split(",")[1])  # a row without a label is dropped
             assert len(where) == labelled > 290 and all(len(splits) == 1 for splits in where.values())
             assert sum(local["rows"].values()) == 2 * labelled
+
+
+def test_both_engines_take_one_signature():
+    """Issue #28: the engines take the data section and the run's inputs alike; the
+    in-process one adds only its own tuning (rows per shard, gzip level, statistics)."""
+    local = list(inspect.signature(ingest_data).parameters.values())
+    beam = list(inspect.signature(ingest_data_beam).parameters.values())
+    assert [p.name for p in beam] == ["settings", "output_dir", "numeric_label"]
+    assert local[:len(beam)] == beam
+    assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in local[2:])

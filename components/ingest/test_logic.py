@@ -9,10 +9,17 @@ import tensorflow as tf
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern
 from components.ingest.logic import ingest_data
+from components.ingest.settings import DataSettings
 
 pytestmark = pytest.mark.unit
 
 HEADER = "label,x,color\n"
+
+
+def data(source: str, categorical=("color",), **fields) -> DataSettings:
+    """The data section these tests ingest: label 'label', numeric 'x', categorical `categorical`."""
+    return DataSettings(source=source, label="label", numeric_features=["x"], categorical_features=list(categorical),
+                        **fields)
 
 
 def read_examples(examples_dir: str, split: str) -> list:
@@ -26,7 +33,7 @@ def rows_text(n: int) -> str:
 
 def test_writes_gzip_shards_per_split_and_manifest(tmp_path, make_csv):
     src = make_csv(HEADER + rows_text(200))
-    manifest = ingest_data(src, str(tmp_path / "out"), "label", ["x"], ["color"], eval_percent=25)
+    manifest = ingest_data(data(src, split={"eval_percent": 25}), str(tmp_path / "out"))
     train, evals = read_examples(str(tmp_path / "out"), "train"), read_examples(str(tmp_path / "out"), "eval")
     assert len(train) + len(evals) == 200
     assert manifest["rows"] == {"train": len(train), "eval": len(evals)}
@@ -40,9 +47,9 @@ def test_writes_gzip_shards_per_split_and_manifest(tmp_path, make_csv):
 
 def test_split_is_deterministic_across_runs_and_row_order(tmp_path, make_csv):
     lines = rows_text(300).splitlines(keepends=True)
-    a = ingest_data(make_csv(HEADER + "".join(lines)), str(tmp_path / "a"), "label", ["x"], ["color"])
-    b = ingest_data(make_csv(HEADER + "".join(lines)), str(tmp_path / "b"), "label", ["x"], ["color"])
-    c = ingest_data(make_csv(HEADER + "".join(reversed(lines))), str(tmp_path / "c"), "label", ["x"], ["color"])
+    a = ingest_data(data(make_csv(HEADER + "".join(lines))), str(tmp_path / "a"))
+    b = ingest_data(data(make_csv(HEADER + "".join(lines))), str(tmp_path / "b"))
+    c = ingest_data(data(make_csv(HEADER + "".join(reversed(lines)))), str(tmp_path / "c"))
     assert a["rows"] == b["rows"] == c["rows"]
 
     def eval_values(d):
@@ -53,7 +60,8 @@ def test_split_is_deterministic_across_runs_and_row_order(tmp_path, make_csv):
 
 def test_split_by_key_column_keeps_key_together(tmp_path, make_csv):
     text = HEADER.replace("color", "user") + "".join(f"a,{i}.0,u{i % 7}\n" for i in range(140))
-    ingest_data(make_csv(text), str(tmp_path / "o"), "label", ["x"], ["user"], eval_percent=30, split_key="user")
+    ingest_data(data(make_csv(text), categorical=["user"], split={"eval_percent": 30, "key": "user"}),
+                str(tmp_path / "o"))
     users = {s: {e.features.feature["user"].bytes_list.value[0] for e in read_examples(str(tmp_path / "o"), s)}
              for s in ("train", "eval")}
     assert users["train"] and users["eval"] and not users["train"] & users["eval"]
@@ -94,8 +102,7 @@ def test_rows_with_the_same_features_and_different_labels_land_in_one_split(tmp_
     both copies are in the same split, in process as the Beam job (components/ingest/
     test_beam.py holds the engines to the same examples)."""
     lines = [f"{label},{i}.5,{'red' if i % 3 else 'blue'}\n" for i in range(150) for label in ("a", "b")]
-    manifest = ingest_data(make_csv(HEADER + "".join(lines)), str(tmp_path / "o"), "label", ["x"], ["color"],
-                           eval_percent=30)
+    manifest = ingest_data(data(make_csv(HEADER + "".join(lines)), split={"eval_percent": 30}), str(tmp_path / "o"))
     assert manifest["split"] == {"rule": "hash", "key": "<features>", "eval_percent": 30}
     seen = {}
     for split in ("train", "eval"):
@@ -152,7 +159,7 @@ def test_a_split_key_that_is_not_a_column_is_one_line(tmp_path, make_csv):
 
 def test_missing_values_stay_missing(tmp_path, make_csv):
     text = HEADER + "a,,red\nb,2.0,\n" + rows_text(40)
-    ingest_data(make_csv(text), str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=50)
+    ingest_data(data(make_csv(text), split={"eval_percent": 50}), str(tmp_path / "o"))
     examples = read_examples(str(tmp_path / "o"), "train") + read_examples(str(tmp_path / "o"), "eval")
     first = next(e for e in examples if e.features.feature["color"].bytes_list.value == [b"red"]
                  and not e.features.feature["x"].float_list.value)
@@ -170,26 +177,26 @@ def test_missing_values_stay_missing(tmp_path, make_csv):
 def test_bad_input_is_one_line_naming_the_problem(tmp_path, make_csv, text, expected):
     src = make_csv(text)
     with pytest.raises(GpupipeError) as err:
-        ingest_data(src, str(tmp_path / "o"), "label", ["x"], ["color"])
+        ingest_data(data(src), str(tmp_path / "o"))
     message = str(err.value)
     assert expected in message and src in message and "\n" not in message
 
 
 def test_missing_file_names_the_key_and_path(tmp_path):
     with pytest.raises(GpupipeError, match=r"data.source: file not found: .*nope.csv"):
-        ingest_data(str(tmp_path / "nope.csv"), str(tmp_path / "o"), "label", ["x"], [])
+        ingest_data(data(str(tmp_path / "nope.csv"), categorical=[]), str(tmp_path / "o"))
 
 
 def test_rows_without_label_are_dropped_and_counted(tmp_path, make_csv):
-    manifest = ingest_data(make_csv(HEADER + ",1.0,red\n" + rows_text(30)), str(tmp_path / "o"), "label", ["x"],
-                          ["color"], eval_percent=50)
+    manifest = ingest_data(data(make_csv(HEADER + ",1.0,red\n" + rows_text(30)), split={"eval_percent": 50}),
+                           str(tmp_path / "o"))
     assert manifest["rows_dropped_missing_label"] == 1
     assert sum(manifest["rows"].values()) == 30
 
 
 def test_shards_roll_over(tmp_path, make_csv):
-    manifest = ingest_data(make_csv(HEADER + rows_text(100)), str(tmp_path / "o"), "label", ["x"], ["color"],
-                          eval_percent=10, shard_rows=20)
+    manifest = ingest_data(data(make_csv(HEADER + rows_text(100)), split={"eval_percent": 10}), str(tmp_path / "o"),
+                           shard_rows=20)
     assert manifest["shards"]["train"] == len(glob.glob(examples_pattern(str(tmp_path / "o"), "train"))) >= 4
     assert os.path.isfile(tmp_path / "o" / "manifest.json")
 
@@ -219,16 +226,16 @@ def test_parquet_csv_and_tfrecord_sources_give_the_same_examples(tmp_path):
     pacsv.write_csv(table, tmp_path / "d.csv")
     with open(tmp_path / "d.csv", "rb") as src, gzip.open(tmp_path / "d.csv.gz", "wb") as dst:
         dst.write(src.read())
-    ingest_data(str(tmp_path / "d.csv"), str(tmp_path / "from-csv"), "label", ["x"], ["color"], eval_percent=30)
+    ingest_data(data(str(tmp_path / "d.csv"), split={"eval_percent": 30}), str(tmp_path / "from-csv"))
     results = {}
     for name in ("d.parquet", "d.csv.gz"):
         out = str(tmp_path / f"from-{name}")
-        results[name] = ingest_data(str(tmp_path / name), out, "label", ["x"], ["color"], eval_percent=30)
+        results[name] = ingest_data(data(str(tmp_path / name), split={"eval_percent": 30}), out)
         assert _all_x(out) == _all_x(str(tmp_path / "from-csv"))
     # TFRecord in: the CSV ingest's own output shards, as a glob
     out = str(tmp_path / "from-tfrecord")
-    manifest = ingest_data(str(tmp_path / "from-csv" / "*" / "part-*.tfrecord.gz"), out, "label", ["x"], ["color"],
-                          eval_percent=30)
+    manifest = ingest_data(data(str(tmp_path / "from-csv" / "*" / "part-*.tfrecord.gz"), split={"eval_percent": 30}),
+                           out)
     assert manifest["format"] == "tfrecord" and sum(manifest["rows"].values()) == 60
     assert _all_x(out) == _all_x(str(tmp_path / "from-csv"))
     # the same rows land in the same split whatever the format
@@ -246,7 +253,7 @@ def test_a_tfrecord_feature_with_several_values_in_a_later_record_is_one_line(tm
                 "label": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a" if i % 2 else b"b"])),
                 "x": tf.train.Feature(float_list=tf.train.FloatList(value=xs))})).SerializeToString())
     with pytest.raises(GpupipeError) as err:
-        ingest_data(source, str(tmp_path / "o"), "label", ["x"], [])
+        ingest_data(data(source, categorical=[]), str(tmp_path / "o"))
     assert str(err.value) == (f"data.source: {source} record 25: feature 'x' holds 2 values; gpupipe reads one value "
                               "per feature: write one value per feature (one feature per value)")
 
@@ -257,7 +264,7 @@ def test_directory_source_reads_every_file_and_lists_them(tmp_path, make_csv):
     (d / "a.csv").write_text(HEADER + rows_text(30))
     (d / "b.csv").write_text(HEADER + rows_text(20))
     (d / "_SUCCESS").write_text("")
-    manifest = ingest_data(str(d), str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=30)
+    manifest = ingest_data(data(str(d), split={"eval_percent": 30}), str(tmp_path / "o"))
     assert sum(manifest["rows"].values()) == 50
     assert [(f["uri"].rsplit("/", 1)[-1], f["rows"]) for f in manifest["files"]] == [("a.csv", 30), ("b.csv", 20)]
     assert all(f["bytes"] > 0 for f in manifest["files"])
@@ -271,11 +278,11 @@ def test_source_from_gcs_prefix_through_the_emulator(tmp_path, monkeypatch):
         b = gcs_client().bucket(bucket)
         b.blob("raw/part-1.csv").upload_from_string(HEADER + rows_text(40))
         b.blob("raw/part-2.csv").upload_from_string(HEADER + rows_text(25))
-        manifest = ingest_data(f"gs://{bucket}/raw", str(tmp_path / "o"), "label", ["x"], ["color"], eval_percent=30)
+        manifest = ingest_data(data(f"gs://{bucket}/raw", split={"eval_percent": 30}), str(tmp_path / "o"))
         assert sum(manifest["rows"].values()) == 65
         assert [f["uri"] for f in manifest["files"]] == [f"gs://{bucket}/raw/part-1.csv", f"gs://{bucket}/raw/part-2.csv"]
         with pytest.raises(GpupipeError, match=f"data.source: gs://{bucket}/raw/nope.csv does not exist"):
-            ingest_data(f"gs://{bucket}/raw/nope.csv", str(tmp_path / "o2"), "label", ["x"], ["color"])
+            ingest_data(data(f"gs://{bucket}/raw/nope.csv"), str(tmp_path / "o2"))
 
 
 def _truncated_parquet(tmp_path):
@@ -307,7 +314,7 @@ def _truncated_gzip(tmp_path):
 def test_unreadable_sources_fail_with_one_line(tmp_path, make, expected):
     source = make(tmp_path)
     with pytest.raises(GpupipeError) as err:
-        ingest_data(source, str(tmp_path / "o"), "label", ["x"], ["color"])
+        ingest_data(data(source), str(tmp_path / "o"))
     message = str(err.value)
     assert expected in message and "\n" not in message and message.startswith("data.source: ")
 
