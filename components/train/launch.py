@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 import uuid
-from typing import Dict, List, Literal, Optional
+from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field
 
@@ -38,6 +38,10 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 LAUNCHER_VERBS = ("create", "get", "delete")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
 _MANAGED_KEY = "app.kubernetes.io/managed-by"
+# Kueue's WorkloadPriorityClass label (pipelines/pods.py sets production's, cluster.priority);
+# a tuning trial's JobSet and its pods carry training.tune.priority_class, and its trial id.
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+TRIAL_LABEL = "gpupipe/trial"
 
 # kind -> (group, version, plural, Kind)
 API = {"jobset": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
@@ -54,6 +58,7 @@ class Launch(Strict):
     shape: PodShape
     max_restarts: int = Field(3, ge=0, description="whole-job restarts (a preempted worker exits 143)")
     labels: Dict[str, str] = Field(default_factory=dict, description="the job's labels: Kueue queues it as one unit")
+    pod_labels: Dict[str, str] = Field(default_factory=dict, description="more labels of the job's pod template")
 
 
 def worker_hosts(name: str, workers: int) -> List[str]:
@@ -91,7 +96,7 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
     distributed = launch.workers > 1
     if launch.kind == "tfjob":
         # The training-operator injects TF_CONFIG and looks for the container "tensorflow".
-        template = launch.shape.pod_template("tensorflow", launch.image, command, env, labels=MANAGED_BY)
+        template = launch.shape.pod_template("tensorflow", launch.image, command, env, labels={**MANAGED_BY, **launch.pod_labels})
         template["spec"]["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
         spec = {
             "runPolicy": {"backoffLimit": launch.max_restarts, "cleanPodPolicy": "Running",
@@ -104,7 +109,7 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
         if distributed:  # one worker is a single process: no TF_CONFIG, its local GPUs mirrored
             env[WORKERS_ENV] = ",".join(worker_hosts(name, launch.workers))
         template = launch.shape.pod_template("trainer", launch.image, command, env, restart_policy="Never",
-                                             labels=MANAGED_BY)
+                                             labels={**MANAGED_BY, **launch.pod_labels})
         if distributed:
             template["spec"]["containers"][0]["ports"] = [{"name": "tf", "containerPort": TF_PORT}]
         spec = {
@@ -204,10 +209,12 @@ class _Stopped(Exception):
     """SIGTERM reached the task (the run was cancelled or the pod is being deleted)."""
 
 
-def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds: Optional[float] = None) -> str:
+def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds: Optional[float] = None,
+               stopping: Optional[threading.Event] = None) -> str:
     """Creates the job through `api` (kubernetes.client.CustomObjectsApi), follows it and
     returns the success reason. Deletes it, then raises GpupipeError, when it fails or
-    runs past the deadline; deletes it and exits 143 on SIGTERM."""
+    runs past the deadline; deletes it and exits 143 on SIGTERM (in another thread than the
+    main one: when `stopping` is set, by the main thread's SIGTERM handler)."""
     group, version = manifest["apiVersion"].split("/")
     plural = next(p for g, v, p, k in API.values() if k == manifest["kind"])
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
@@ -236,10 +243,13 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
                 finished = True
                 return reason
             if state == "Failed":
-                raise GpupipeError(f"training.workers: {kind} {namespace}/{name} failed ({reason}); see `kubectl -n "
+                raise GpupipeError(f"training.pods.workers: {kind} {namespace}/{name} failed ({reason}); see `kubectl -n "
                                    f"{namespace} logs -l app.kubernetes.io/managed-by=gpupipe --prefix`")
-            time.sleep(poll_seconds)
-        raise GpupipeError(f"training.workers: {kind} {namespace}/{name} did not finish within the train task's "
+            if stopping is None:
+                time.sleep(poll_seconds)
+            elif stopping.wait(poll_seconds):
+                raise _Stopped()
+        raise GpupipeError(f"training.pods.workers: {kind} {namespace}/{name} did not finish within the train task's "
                            "timeout; raise cluster.resources.train.timeout")
     except _Stopped:
         print(f"SIGTERM: deleting {kind} {namespace}/{name}", flush=True)
@@ -290,17 +300,30 @@ def job_name(env: Optional[dict] = None) -> str:
     return "gpupipe-train-" + (hashlib.sha256(workflow.encode()).hexdigest()[:12] if workflow else uuid.uuid4().hex[:8])
 
 
-def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds: float = 15.0) -> str:
+def trial_launch(launch: Launch, trial_id: str, priority_class: str) -> Launch:
+    """A tuning trial's job: production's, at the tuning WorkloadPriorityClass (on the job,
+    which Kueue reads, and on its pods), labelled with the trial's id."""
+    labels = {PRIORITY_LABEL: priority_class, TRIAL_LABEL: trial_id}
+    return launch.model_copy(update={"labels": {**launch.labels, **labels},
+                                     "pod_labels": {**launch.pod_labels, **labels}})
+
+
+def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds: float = 15.0,
+                     trial: Optional[Tuple[str, str]] = None, stopping: Optional[threading.Event] = None) -> str:
     """The train task's GPU path: a job named for this run's train task, in `launch.namespace`
     or the task's own, followed to its end. Its owner is not the task's pod, so a retry of the
     task (its pod lost with its node) re-attaches to it; without a run's name it is owned by
-    the pod (Kubernetes collects it with the pod), and a finished job goes after a day."""
+    the pod (Kubernetes collects it with the pod), and a finished job goes after a day.
+    `trial` (id, priority class): a tuning trial's job, `<the job's name>-t<id>`
+    (components/train/tune.py); `stopping`: follow_job's."""
     namespace = launch.namespace or current_namespace()
     name = job_name()
+    if trial:
+        launch, name = trial_launch(launch, *trial), f"{name}-t{trial[0]}"
     launch = with_task_service_account(launch, namespace, task_service_account())
     owners = [] if os.environ.get(WORKFLOW_ENV) else owner_references(namespace)
     manifest = job_manifest(launch, name, namespace, command, owners)
-    return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds)
+    return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds, stopping)
 
 
 def kubernetes_api():
