@@ -63,24 +63,6 @@ def test_compile_check_names_the_stale_file(tmp_path):
     assert f"stale compiled pipeline(s): {out_dir / 'penguins.yaml'}" in out.stderr
 
 
-def test_manifest_is_a_kserve_tensorflow_inference_service():
-    out = gpupipe("manifest", "configs/penguins.yaml", "--serving-base", "gs://models-bucket/serving", "--version", "3")
-    assert out.returncode == 0, out.stderr
-    account, manifest = yaml.safe_load_all(out.stdout)  # a private gs:// base: the key's Secret on the account
-    assert account["kind"] == "ServiceAccount" and account["secrets"] == [{"name": "gpupipe-gcs-key"}]
-    assert manifest["apiVersion"] == "serving.kserve.io/v1beta1" and manifest["kind"] == "InferenceService"
-    assert manifest["metadata"]["name"] == "penguins"
-    model = manifest["spec"]["predictor"]["model"]
-    assert model["modelFormat"] == {"name": "tensorflow"}
-    assert model["storageUri"] == "gs://models-bucket/serving/penguins/releases/3"
-
-
-def test_manifest_refuses_a_local_serving_base():
-    out = gpupipe("manifest", "configs/penguins.yaml")
-    assert out.returncode == 1
-    assert out.stderr.strip().startswith("error: serving.base: 'serving' is a local path")
-
-
 def test_rollback_command_moves_stable(tmp_path):
     from components.store import served
     from components.store.base import ServingStore

@@ -88,11 +88,11 @@ def test_run_with_an_s3_source_and_no_aws_keys(tmp_path, monkeypatch):
     assert one_error_line(out) == f"error: {source}: no S3 credentials found; {AWS_FIX}"
 
 
-@pytest.mark.parametrize("command", ["versions", "manifest"])
+@pytest.mark.parametrize("command", [["versions"], ["manifest", "kserve"]])
 def test_serving_base_on_gs_and_no_google_credentials(tmp_path, command):
     base = "gs://gpupipe-models/serving"
     started = time.monotonic()
-    out = gpupipe(scrubbed_env(tmp_path / "home"), command, str(CONFIG), "--serving-base", base)
+    out = gpupipe(scrubbed_env(tmp_path / "home"), *command, str(CONFIG), "--serving-base", base)
     line = one_error_line(out)
     assert line.startswith(f"error: {base}/penguins/"), line  # the object it tried to read, under the base
     assert line.endswith(f": no Google credentials found; {GOOGLE_FIX} gpupipe-models"), line

@@ -144,9 +144,9 @@ def test_no_local_queue_is_one_error(capsys, config, kfp, cluster):
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 1
     assert errors(lines) == [
-        f"error: LocalQueue gpus (cluster.queue) is not in namespace {NS}: gpupipe manifest {config} --tenant {NS} "
-        f"--gpu-quota N | kubectl apply -f - (docs/gpu-pool.md), or set cluster.queue to a LocalQueue of that "
-        f"namespace (kubectl -n {NS} get localqueues)"]
+        f"error: LocalQueue gpus (cluster.queue) is not in namespace {NS}: gpupipe manifest tenant {config} "
+        f"--team {NS} --gpu-quota N | kubectl apply -f - (docs/gpu-pool.md), or set cluster.queue to a LocalQueue of "
+        f"that namespace (kubectl -n {NS} get localqueues)"]
 
 
 def test_a_local_queue_without_its_cluster_queue_is_one_error(capsys, config, kfp, cluster):
@@ -156,7 +156,7 @@ def test_a_local_queue_without_its_cluster_queue_is_one_error(capsys, config, kf
     assert code == 1
     assert errors(lines) == [
         f"error: LocalQueue {NS}/gpus points at ClusterQueue {NS}, which does not exist, so Kueue admits nothing "
-        f"from it: gpupipe manifest {config} --tenant {NS} --gpu-quota N | kubectl apply -f - (docs/gpu-pool.md)"]
+        f"from it: gpupipe manifest tenant {config} --team {NS} --gpu-quota N | kubectl apply -f - (docs/gpu-pool.md)"]
 
 
 def test_no_kueue_is_one_error_and_no_queue_lookup(capsys, config, kfp, cluster):
@@ -199,7 +199,7 @@ def test_the_service_account_that_cannot_delete_jobsets_is_one_error(capsys, con
     assert code == 1
     assert errors(lines) == [
         f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not delete jobsets.jobset.x-k8s.io in {NS}, which "
-        f"the train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        f"the train task's launcher does: gpupipe manifest rbac {config} --namespace {NS} --service-account "
         "default-editor | kubectl apply -f -"]
 
 
@@ -219,7 +219,7 @@ def test_as_a_user_it_names_the_identity_and_checks_the_service_account(capsys, 
     assert "ok: RBAC as alice@example.com (SelfSubjectAccessReview): may create, get, delete" in "\n".join(lines)
     assert errors(lines) == [
         f"error: RBAC as {RUNNER} (SubjectAccessReview): may not delete jobsets.jobset.x-k8s.io in {NS}, which the "
-        f"train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        f"train task's launcher does: gpupipe manifest rbac {config} --namespace {NS} --service-account "
         "default-editor | kubectl apply -f -"]
     assert {r["user"] for r in state.reviews if r["kind"] == "SubjectAccessReview"} == {RUNNER}
 
@@ -272,7 +272,7 @@ def test_a_namespace_admin_checks_the_service_account_with_a_local_review(capsys
     assert code == 1
     assert errors(lines) == [
         f"error: RBAC as {RUNNER} (LocalSubjectAccessReview): may not get jobsets.jobset.x-k8s.io in {NS}, which the "
-        f"train task's launcher does: gpupipe manifest {config} --rbac --namespace {NS} --service-account "
+        f"train task's launcher does: gpupipe manifest rbac {config} --namespace {NS} --service-account "
         "default-editor | kubectl apply -f -"]
 
 

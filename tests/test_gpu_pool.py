@@ -223,11 +223,11 @@ def test_a_borrowing_limit_of_0_is_written_and_unset_is_no_limit(ctr_config, cap
     unlimited = gpu_quota(tenant_manifests(ctr_config, "team-a", 4))
     assert all("borrowingLimit" not in r for r in unlimited)
     # through the command line: --borrowing-limit 0 is 0, not "unset"
-    assert main(["manifest", "configs/ctr.yaml", "--tenant", "team-a", "--gpu-quota", "4",
+    assert main(["manifest", "tenant", "configs/ctr.yaml", "--team", "team-a", "--gpu-quota", "4",
                  "--borrowing-limit", "0"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert gpu_quota(docs)[2] == {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}
-    assert main(["manifest", "configs/ctr.yaml", "--tenant", "team-a", "--gpu-quota", "4"]) == 0
+    assert main(["manifest", "tenant", "configs/ctr.yaml", "--team", "team-a", "--gpu-quota", "4"]) == 0
     assert "borrowingLimit" not in capsys.readouterr().out
 
 
@@ -262,7 +262,7 @@ def _requests(pods: list) -> dict:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_teams_quota_is_what_its_jobset_pods_request(ctr_config, workers):
-    """`manifest --tenant --gpu-quota N` with N the job's GPUs admits exactly one run's JobSet:
+    """`manifest tenant --gpu-quota N` with N the job's GPUs admits exactly one run's JobSet:
     the ClusterQueue's nominal cpu, memory and GPUs equal the sum of its pods' requests."""
     from kubernetes.utils import parse_quantity
 

@@ -317,7 +317,7 @@ def test_a_config_without_a_queue_is_refused_before_the_api_is_asked(tmp_path, c
         assert gpupipe(capsys, "queue", ctr, "--kubeconfig", kubeconfig)[0:3:2] == (1, (
             f"error: {ctr}: cluster.queue is unset, so its train pods and jobs carry no "
             "kueue.x-k8s.io/queue-name label and Kueue queues none of them; set cluster.queue to the team's LocalQueue "
-            "(gpupipe manifest --tenant makes one named gpus)\n"))
+            "(gpupipe manifest tenant makes one named gpus)\n"))
     assert api.requests == []
 
 

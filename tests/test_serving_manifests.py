@@ -186,7 +186,7 @@ def test_gpupipe_manifest_prints_the_objects_and_the_annotate_command_apart(caps
 
     from pipelines.cli import main
 
-    assert main(["manifest", str(MINIO), "--serving-base", "s3://models/serving", "--version", "2"]) == 0
+    assert main(["manifest", "kserve", str(MINIO), "--serving-base", "s3://models/serving", "--version", "2"]) == 0
     out, err = capsys.readouterr()
     account, isvc = yaml.safe_load_all(out)
     assert (account["kind"], isvc["kind"]) == ("ServiceAccount", "InferenceService")
@@ -312,7 +312,7 @@ def test_kserve_refuses_in_one_line_what_its_webhook_or_raw_mode_would_refuse(pe
 
 @pytest.mark.parametrize("flags, mode", [([], "Serverless"), (["--raw-deployment"], "RawDeployment")])
 def test_gpupipe_manifest_prints_a_kserve_service_its_webhook_accepts(capsys, flags, mode):
-    """configs/penguins.yaml as shipped (serving.autoscaling.metric cpu): `gpupipe manifest`."""
+    """configs/penguins.yaml as shipped (serving.autoscaling.metric cpu): `gpupipe manifest kserve`."""
     import yaml
 
     from pipelines.cli import main
@@ -320,7 +320,7 @@ def test_gpupipe_manifest_prints_a_kserve_service_its_webhook_accepts(capsys, fl
 
     path = Path(__file__).resolve().parents[1] / "configs" / "penguins.yaml"
     assert load_config(path).serving.autoscaling.metric == "cpu"
-    assert main(["manifest", str(path), "--serving-base", "gs://b/serving", "--version", "2", *flags]) == 0
+    assert main(["manifest", "kserve", str(path), "--serving-base", "gs://b/serving", "--version", "2", *flags]) == 0
     out, err = capsys.readouterr()
     account, isvc = yaml.safe_load_all(out)  # the predictor's ServiceAccount lists the GCS key's Secret
     assert account["kind"] == "ServiceAccount"
@@ -352,7 +352,7 @@ def test_kserve_reads_a_private_gs_base_as_a_service_account_listing_the_key_sec
 
     from pipelines.cli import main
 
-    assert main(["manifest", "configs/penguins.yaml", "--version", "1", "--serving-base",
+    assert main(["manifest", "kserve", "configs/penguins.yaml", "--version", "1", "--serving-base",
                  "gs://team-a-models/serving"]) == 0
     out = capsys.readouterr()
     account, service = list(yaml.safe_load_all(out.out))

@@ -137,7 +137,7 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
         for _ in range(2):
             push_model(model_dir, True, ["ok"], base, "penguins")
         push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=10)  # 3: the canary
-        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        assert main(["manifest", "kserve", CONFIG, "--serving-base", base]) == 0
         *_, service = yaml.safe_load_all(capsys.readouterr().out)  # a ServiceAccount first for a private base
         predictor = service["spec"]["predictor"]
         assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"
@@ -148,7 +148,7 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
         assert "serving/penguins/releases/3/3/saved_model.pb" in names
         assert main(["promote", CONFIG, "--serving-base", base]) == 0
         capsys.readouterr()
-        assert main(["manifest", CONFIG, "--serving-base", base]) == 0
+        assert main(["manifest", "kserve", CONFIG, "--serving-base", base]) == 0
         *_, service = yaml.safe_load_all(capsys.readouterr().out)  # a ServiceAccount first for a private base
         predictor = service["spec"]["predictor"]
         assert predictor["model"]["storageUri"] == f"{base}/penguins/releases/3"

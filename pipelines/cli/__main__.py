@@ -1,0 +1,6 @@
+"""`python -m pipelines.cli`: the gpupipe command line."""
+import sys
+
+from pipelines.cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""The commands that talk to a KFP installation: `gpupipe upload`, `submit`, `schedule` and
+`runs` (pipelines/remote.py does the talking)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List
+
+from components.contracts.errors import GpupipeError
+from pipelines.cli.common import config_paths
+from pipelines.cli.compile_ import compile_to_text
+from pipelines.config import PipelineConfig, load_config
+
+SCHEDULE_ACTIONS = ("pause", "resume", "delete", "list")
+
+
+def _client(args):
+    from pipelines.remote import connect
+
+    return connect(args.host, args.namespace, args.iap_client_id)
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from pipelines.remote import git_sha, upload_version, version_name
+
+    client = _client(args)
+    for path in config_paths(args.configs):
+        config = load_config(path)
+        uploaded = upload_version(client, config, compile_to_text(config), version_name(git_sha()))
+        verb = "uploaded" if uploaded.created else "already there:"
+        print(f"{verb} {config.name} version {uploaded.version_name} (pipeline {uploaded.pipeline_id}, "
+              f"version {uploaded.version_id})")
+    return 0
+
+
+def _run_params(config: PipelineConfig, given: List[str]) -> dict:
+    """--param NAME=VALUE pairs, typed like the pipeline parameter's default."""
+    from pipelines.factory import run_parameters
+
+    defaults = run_parameters(config, local=False)
+    params = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or name not in defaults:
+            raise GpupipeError(f"--param {item}: give NAME=VALUE with NAME one of {', '.join(defaults)}")
+        kind = type(defaults[name])
+        try:
+            params[name] = kind(value)
+        except ValueError:
+            raise GpupipeError(
+                f"--param {item}: {name} takes a {kind.__name__}, e.g. {name}={defaults[name]}") from None
+    return params
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pipelines.remote import check_host, failed_task, git_sha, run_url, submit, watch_run
+
+    config = load_config(args.config)
+    params = _run_params(config, args.param)
+    client = _client(args)
+    uploaded, run = submit(client, config, compile_to_text(config), git_sha(), args.experiment, params)
+    print(f"started run {run.run_id} of {config.name} version {uploaded.version_name} in experiment {args.experiment}")
+    print(f"  {run_url(check_host(args.host), run.run_id)}")
+    if not args.watch:
+        return 0
+    final = watch_run(client, run.run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True))
+    if final.state == "SUCCEEDED":
+        return 0
+    where = failed_task(final)
+    print(f"error: run {run.run_id} {final.state}" + (f" at {where}" if where else ""), file=sys.stderr)
+    return 1
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from pipelines.remote import change_schedules, git_sha, kfp_cron, list_schedules, schedule
+
+    # `--experiment` defaults to gpupipe; `schedule list` lists every experiment's unless given
+    experiment = args.experiment or "gpupipe"
+    action, rest = (args.what[0], args.what[1:]) if args.what[0] in SCHEDULE_ACTIONS else ("create", args.what)
+    if action == "list":
+        for job in list_schedules(_client(args), args.experiment):
+            print(f"{job['status']:<9} {job['cron']:<20} {job['id']}  {job['name']}")
+        return 0
+    if len(rest) != 1:
+        example = "" if action == "create" else f"{action} "
+        raise GpupipeError(f"schedule {action}: give one config, e.g. gpupipe schedule {example}"
+                           "configs/penguins.yaml --host URL")
+    config = load_config(rest[0])
+    if action != "create":
+        changed = change_schedules(_client(args), config, experiment, action)
+        print(f"{action}d {', '.join(changed)}" if changed else f"no schedule of {config.name} in experiment "
+                                                                  f"{experiment}")
+        return 0 if changed else 1
+    if not args.cron:
+        raise GpupipeError("schedule: give --cron, e.g. --cron '0 3 * * *' (03:00 daily)")
+    kfp_cron(args.cron)  # a bad expression fails before anything is uploaded
+    uploaded, job, deleted = schedule(_client(args), config, compile_to_text(config), git_sha(), experiment,
+                                      args.cron, args.max_concurrency, catchup=not args.no_catchup)
+    replaced = f", replacing {', '.join(deleted)}" if deleted else ""
+    print(f"scheduled {job.display_name} ({job.recurring_run_id}) '{args.cron}' running {config.name} version "
+          f"{uploaded.version_name}{replaced}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from pipelines.remote import format_duration, recent_runs
+
+    pushed_by_run = None
+    if args.config or args.serving_base:
+        from components.store.base import ServingStore
+        from components.store.served import version_records
+
+        config = load_config(args.config) if args.config else None
+        if config is None and not args.model:
+            raise GpupipeError("runs --serving-base: give the model with --model NAME, or give --config CONFIG")
+        base = args.serving_base or config.cluster.serving_base or config.serving.base
+        model = args.model or config.serving.model_name
+        try:
+            records = version_records(ServingStore(base, model))
+        except Exception as err:  # google-auth's or the storage API's error reading a gs:// base
+            if isinstance(err, GpupipeError):
+                raise
+            reason = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise GpupipeError(f"runs: cannot read the serving base {base} ({reason}); check its credentials "
+                               "(GOOGLE_APPLICATION_CREDENTIALS) or leave out --config/--serving-base") from None
+        pushed_by_run = {r["run_id"]: r["version"] for r in records if r["run_id"]}
+    runs = recent_runs(_client(args), args.limit, args.experiment, pushed_by_run)
+    if not runs:
+        print("no runs")
+    for run in runs:
+        print(f"{run['created']:<26} {run['state'] or '-':<10} {format_duration(run['seconds']):>7}  "
+              f"{run['pushed']:<16} {run['id']}  {run['name']}")
+    return 0
+
+
+def _kfp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", required=True, help="KFP API URL, e.g. https://kubeflow.example.com/pipeline")
+    p.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    p.add_argument("--iap-client-id", help="behind Identity-Aware Proxy: the IAP OAuth client id; a Google ID token "
+                                           "for it is the bearer token (default: $KFP_IAP_CLIENT_ID)")
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("upload", help="upload compiled pipelines to KFP as a new version (named by version and git SHA)")
+    p.add_argument("configs", nargs="*", help="config files (default: every configs/*.yaml)")
+    _kfp_args(p)
+    p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("submit", help="upload a new pipeline version to KFP and start a run")
+    p.add_argument("config")
+    _kfp_args(p)
+    p.add_argument("--experiment", default="gpupipe")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a run parameter (data_source, epochs, learning_rate, eval_threshold, serving_base); repeat")
+    p.add_argument("--watch", action="store_true",
+                   help="follow the run to its end: exit 0 when it succeeded, 1 naming the failed task otherwise")
+    p.add_argument("--poll", type=float, default=15.0, help="with --watch: seconds between two looks")
+    p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="with --watch: give up after this many seconds")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one); or pause, resume or "
+                                        "delete it; or list the schedules",
+                       usage="gpupipe schedule [pause|resume|delete] CONFIG --host URL [--cron C] | "
+                             "gpupipe schedule list --host URL")
+    p.add_argument("what", nargs="+", metavar="[ACTION] CONFIG")
+    _kfp_args(p)
+    p.add_argument("--cron", help="to create: five-field cron, e.g. '0 3 * * *'")
+    p.add_argument("--max-concurrency", type=int, default=1)
+    p.add_argument("--no-catchup", action="store_true", help="skip runs missed while paused")
+    p.add_argument("--experiment", default=None, help="default: gpupipe (schedule list: every experiment)")
+    p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("runs", help="list recent KFP runs: state, duration, the version each pushed")
+    _kfp_args(p)
+    p.add_argument("--experiment")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--config", help="read the pushed versions from this config's serving base (cluster.serving_base)")
+    p.add_argument("--serving-base", help="read the pushed versions from this serving base (with --model or --config)")
+    p.add_argument("--model", help="with --serving-base: the model name")
+    p.set_defaults(func=cmd_runs)
