@@ -1,0 +1,47 @@
+"""kfp 2.13.0's private names (components/contracts/compat/__init__.py, MEASURED_ON)."""
+from __future__ import annotations
+
+import inspect
+
+
+class _CallerNamesWithoutSource:
+    """kfp 2.13's PipelineTask checks every resource setter (set_cpu_request, set_memory_limit,
+    ...) with `inspect.stack()[1][3]`, the caller's name for an error message. `inspect.stack()`
+    reads each frame's source lines, which looks each frame up among all loaded modules: in a
+    process that imported TensorFlow (a test worker, a notebook) compiling one pipeline took
+    about 4 s, 12.3 s of 15 s for three compiles under cProfile. The same frames without source
+    lines (`inspect.stack(0)`) give the same name."""
+
+    def __getattr__(self, name):
+        return getattr(inspect, name)
+
+    @staticmethod
+    def stack(context: int = 1):
+        return inspect.stack(0)
+
+
+def kfp_setters_without_source():
+    """For building a pipeline: kfp.dsl.pipeline_task's `inspect` is one whose stack() reads
+    no source lines (kfp/dsl/pipeline_task.py, `_validate_*` of the resource setters)."""
+    from kfp.dsl import pipeline_task
+
+    from components.contracts.compat import patched_attribute
+
+    return patched_attribute(pipeline_task, "inspect", _CallerNamesWithoutSource())
+
+
+def kfp_local_task_handler(handler: type):
+    """For a kfp.local run: its SubprocessRunner's tasks go through `handler` (a subclass of,
+    or stand-in for, kfp.local.subprocess_task_handler.SubprocessTaskHandler: kfp 2.13's
+    kfp/local/task_dispatcher.py reads that name when each task starts)."""
+    from kfp.local import subprocess_task_handler
+
+    from components.contracts.compat import patched_attribute
+
+    return patched_attribute(subprocess_task_handler, "SubprocessTaskHandler", handler)
+
+
+def kfp_local_subprocess_handler() -> type:
+    from kfp.local import subprocess_task_handler
+
+    return subprocess_task_handler.SubprocessTaskHandler
