@@ -120,7 +120,9 @@ def test_compile_refuses_a_cluster_location_a_pod_would_lose(tmp_path, edit, exp
 
 
 def test_versions_lists_state_labels_metric_and_lineage(tmp_path, capsys):
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     from pipelines.cli import main
 
     model = tmp_path / "model"
@@ -130,11 +132,13 @@ def test_versions_lists_state_labels_metric_and_lineage(tmp_path, capsys):
     base = str(tmp_path / "serving")
     lineage = {"run_name": "nightly-1", "pipeline": "penguins", "gpupipe_version": "0.1.0", "image": "img:1",
                "data_fingerprint": "d1g3st", "config_digest": "c0ffee" * 4}
-    push_model(str(model), True, ["accuracy ok"], base, "penguins", metrics={"accuracy": 0.97}, run_id="run-a",
-               lineage=lineage)
+    push_model(ServingSettings(base=base, model_name="penguins"), str(model),
+               Blessing(True, "accuracy", 1.0, 0.0, ["accuracy ok"], metrics={"accuracy": 0.97}),
+               run_id="run-a", lineage=lineage)
     (model / "saved_model.pb").write_bytes(b"pb2")
-    second = push_model(str(model), True, ["ok"], base, "penguins", metrics={"accuracy": 0.98}, run_id="run-b",
-                        canary_percent=10)
+    second = push_model(ServingSettings(base=base, model_name="penguins", canary_percent=10), str(model),
+                        Blessing(True, "accuracy", 1.0, 0.0, ["ok"], metrics={"accuracy": 0.98}),
+                        run_id="run-b")
     assert main(["versions", "configs/penguins.yaml", "--serving-base", base]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[:5] for line in lines if not line.startswith("      ")] == [
@@ -147,7 +151,9 @@ def test_versions_lists_state_labels_metric_and_lineage(tmp_path, capsys):
 
 
 def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     from pipelines.cli import main
 
     model = tmp_path / "model"
@@ -157,12 +163,15 @@ def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
 
     base = str(tmp_path / "serving")
     for _ in range(2):
-        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=0)
-    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
+        push_model(ServingSettings(base=base, model_name="penguins", canary_percent=0), model_dir,
+                   Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))
+    push_model(ServingSettings(base=base, model_name="penguins", canary_percent=50), model_dir,
+               Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))
     assert main(["promote", CONFIG, "--serving-base", base]) == 0
     assert capsys.readouterr().out.startswith("penguins: canary version 3 is now stable (previous stable 2, kept for "
                                               "rollback)")
-    push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=50)
+    push_model(ServingSettings(base=base, model_name="penguins", canary_percent=50), model_dir,
+               Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))
     assert main(["abort", CONFIG, "--serving-base", base]) == 0
     assert capsys.readouterr().out.strip() == ("penguins: canary version 4 aborted (marked failed, label and files "
                                                "removed); stable stays version 3")
@@ -171,8 +180,10 @@ def test_promote_and_abort_from_the_command_line(tmp_path, capsys):
 
 
 def test_rollback_further_back_has_tf_serving_load_the_version_before_stable_moves(tmp_path, capsys, monkeypatch):
+    from components.contracts.blessing import Blessing
     from components.push import smoke
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     from components.store import models_config, served
     from components.store.base import ServingStore
     from pipelines.cli import main
@@ -182,7 +193,8 @@ def test_rollback_further_back_has_tf_serving_load_the_version_before_stable_mov
     (model / "saved_model.pb").write_bytes(b"pb")
     base, config = str(tmp_path / "serving"), str(ROOT / "configs" / "penguins.yaml")
     for _ in range(4):
-        push_model(str(model), True, ["ok"], base, "penguins")  # stable 4, previous stable 3 (loaded too)
+        push_model(ServingSettings(base=base, model_name="penguins"), str(model),
+                   Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))  # stable 4, previous stable 3 (loaded too)
     store = ServingStore(base, "penguins")
 
     def served_now():

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_versions_reads_an_s3_serving_base_through_the_configs_storage_settings(tmp_path, monkeypatch, capsys):
     from components.contracts import storage
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     from pipelines.cli import main
     from tests.fixtures.s3 import s3_server
 
@@ -22,7 +24,8 @@ def test_versions_reads_an_s3_serving_base_through_the_configs_storage_settings(
         model = tmp_path / "model"
         model.mkdir()
         (model / "saved_model.pb").write_bytes(b"a SavedModel's bytes")
-        assert push_model(str(model), True, ["test"], f"s3://{bucket}/serving", "penguins").version == 1
+        assert push_model(ServingSettings(base=f"s3://{bucket}/serving", model_name="penguins"), str(model),
+                          Blessing(True, "accuracy", 1.0, 0.0, ["test"])).version == 1
         raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
         raw["storage"] = {"s3": {"endpoint": endpoint, "region": "us-east-1"}}
         config = tmp_path / "penguins-s3.yaml"

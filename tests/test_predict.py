@@ -16,10 +16,13 @@ PENGUINS = ROOT / "data" / "penguins.csv"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, penguin_model):
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
 
     base = tmp_path_factory.mktemp("predict") / "serving"
-    result = push_model(penguin_model, True, ["a test model"], str(base), "penguins")
+    result = push_model(ServingSettings(base=str(base), model_name="penguins"), penguin_model,
+                        Blessing(True, "accuracy", 1.0, 0.0, ["a test model"]))
     assert result.pushed and result.version == 1
     return base
 

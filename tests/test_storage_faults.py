@@ -218,7 +218,9 @@ def _store_state(base: str, into) -> tuple:
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
 def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp_path, monkeypatch):
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
 
     a_tree(tmp_path / "model", files=6)
     with store_behind_proxy(kind, monkeypatch, rate=0.0, seed=3) as (bucket, proxy):
@@ -226,8 +228,10 @@ def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp
             proxy.rate = rate
             retry.reset_counts()
             for i in range(2):
-                push_model(str(tmp_path / "model"), True, ["ok"], f"{bucket}/{name}", "m", run_id=f"run-{i}",
-                           keep_versions=1)
+                push_model(ServingSettings(base=f"{bucket}/{name}", model_name="m", keep_versions=1),
+                           str(tmp_path / "model"),
+                           Blessing(True, "accuracy", 1.0, 0.0, ["ok"]),
+                           run_id=f"run-{i}")
             pushed_retries = retry.retries()
             proxy.rate = 0.0
             state = _store_state(f"{bucket}/{name}", tmp_path / name)
@@ -243,18 +247,23 @@ def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp
 def _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch):
     """Version 1 pushed; version 2's push meets one refused upload in the middle of its
     files. (the error, the store, version 2's objects left)"""
+    from components.contracts.blessing import Blessing
     from components.contracts.errors import GpupipeError
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     from components.store.base import ServingStore
 
     a_tree(tmp_path / "model", files=10)
     with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
         base = f"{bucket}/serving"
-        push_model(str(tmp_path / "model"), True, ["ok"], base, "m", run_id="run-1")
+        push_model(ServingSettings(base=base, model_name="m"), str(tmp_path / "model"),
+                   Blessing(True, "accuracy", 1.0, 0.0, ["ok"]), run_id="run-1")
         writes = sum(1 for m, _, _ in proxy.log if m in ("PUT", "POST"))
         proxy.schedule("403", nth=writes // 2)
         with pytest.raises(GpupipeError) as err:
-            push_model(str(tmp_path / "model"), True, ["ok"], base, "m", run_id="run-2")
+            push_model(ServingSettings(base=base, model_name="m"), str(tmp_path / "model"),
+                       Blessing(True, "accuracy", 1.0, 0.0, ["ok"]),
+                       run_id="run-2")
         assert proxy.injected["403"] == 1
         store = ServingStore(base, "m")
         left = [e.uri for e in storage.list_prefix(f"{base}/m") if "/2/" in e.uri]

@@ -8,8 +8,10 @@ import threading
 import pytest
 
 from components.contracts import storage
+from components.contracts.blessing import Blessing
 from components.contracts.storage import Conflict
 from components.push.logic import push_model
+from components.push.settings import ServingSettings
 from components.store import models_config, served, states
 from components.store.base import ServingStore
 from tests.fixtures.gcs import gcs_emulator
@@ -67,7 +69,8 @@ def test_two_pushes_racing_on_an_object_store_both_land_and_models_config_stays_
     scheme, bucket = remote_bucket
     if True:
         base = f"{scheme}://{bucket}/serving"
-        push_model(model_dir, True, ["ok"], base, "m", run_id="run-0")  # version 1, stable
+        push_model(ServingSettings(base=base, model_name="m"), model_dir,
+                   Blessing(True, "accuracy", 1.0, 0.0, ["ok"]), run_id="run-0")  # version 1, stable
         start, both_read = threading.Barrier(2), threading.Barrier(2)
         results, errors, conflicts, waited = {}, [], [], set()
         write = ServingStore._write_small
@@ -90,7 +93,9 @@ def test_two_pushes_racing_on_an_object_store_both_land_and_models_config_stays_
         def push(run_id):
             try:
                 start.wait()
-                results[run_id] = push_model(model_dir, True, ["ok"], base, "m", run_id=run_id, keep_versions=5)
+                results[run_id] = push_model(ServingSettings(base=base, model_name="m", keep_versions=5), model_dir,
+                                             Blessing(True, "accuracy", 1.0, 0.0, ["ok"]),
+                                             run_id=run_id)
             except Exception as err:  # noqa: BLE001 (reported below)
                 errors.append(err)
 
@@ -135,8 +140,10 @@ def test_the_kserve_manifest_points_at_a_prefix_holding_the_released_version_alo
     with gcs_emulator(monkeypatch) as bucket:
         base = f"gs://{bucket}/serving"
         for _ in range(2):
-            push_model(model_dir, True, ["ok"], base, "penguins")
-        push_model(model_dir, True, ["ok"], base, "penguins", canary_percent=10)  # 3: the canary
+            push_model(ServingSettings(base=base, model_name="penguins"), model_dir,
+                       Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))
+        push_model(ServingSettings(base=base, model_name="penguins", canary_percent=10), model_dir,
+                   Blessing(True, "accuracy", 1.0, 0.0, ["ok"]))  # 3: the canary
         assert main(["manifest", "kserve", CONFIG, "--serving-base", base]) == 0
         *_, service = yaml.safe_load_all(capsys.readouterr().out)  # a ServiceAccount first for a private base
         predictor = service["spec"]["predictor"]

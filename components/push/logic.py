@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import List, Optional
 
 from components.contracts import names
-from components.contracts.blessing import read_blessing
+from components.contracts.blessing import Blessing, read_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.push.settings import ServingSettings
@@ -122,17 +122,21 @@ def running_image() -> dict:
     return {key: value for key, value in found.items() if value}
 
 
-def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base: str, model_name: str,
+def push_model(settings: ServingSettings, model_dir: str, blessing: Blessing, *,
                examples: Optional[List[bytes]] = None, statistics_file: str = "", schema_file: str = "",
-               metrics: Optional[dict] = None, keep_versions: int = 0, endpoint: str = "",
-               smoke_timeout: float = 120.0, run_id: str = "", canary_percent: int = 0,
-               push_timeout: float = 3600.0, lineage: Optional[dict] = None,
-               blessing: Optional[dict] = None) -> PushResult:
-    """Pushes a blessed model as the next integer version; an unblessed one is not pushed
-    and the result says why. The version is recorded as a candidate with its lineage,
-    written whole, then (with `endpoint`) labelled canary and smoke-tested, then made
-    stable, or with `canary_percent` left as the canary. With `run_id`, a push this run
-    already made of the same model (a KFP retry of the task) is that version, not a new one."""
+               run_id: str = "", lineage: Optional[dict] = None) -> PushResult:
+    """Pushes a blessed model to `settings.base` as the next integer version; an unblessed
+    one is not pushed and the result says why. `settings`: the config's serving section (its
+    base as this run gives it); the rest is the run's: the model, evaluate's verdict on it
+    (its metrics are stored beside the version), the warmup and smoke-test rows, the
+    training statistics and schema, the run id and lineage. The version is recorded as a
+    candidate with its lineage, written whole, then (with `settings.endpoint`) labelled
+    canary and smoke-tested, then made stable, or with `settings.canary_percent` left as the
+    canary. With `run_id`, a push this run already made of the same model (a KFP retry of
+    the task) is that version, not a new one."""
+    blessed, blessing_reasons, metrics = blessing.blessed, blessing.reasons, blessing.metrics
+    base, model_name, keep_versions = settings.base, settings.model_name, settings.keep_versions
+    endpoint, canary_percent = settings.endpoint or "", settings.canary_percent
     if not blessed:
         return PushResult(pushed=False, reason="not blessed: " + "; ".join(blessing_reasons))
     if not os.path.isfile(os.path.join(model_dir, SAVED_MODEL_PB)):  # before anything is recorded
@@ -150,9 +154,9 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
         return result
     now = time.time()
     identity = {**(lineage or {}), **running_image(), "run_id": run_id, "model_digest": digest, "metrics": metrics or {},
-                "blessing": blessing or {"blessed": True, "reasons": list(blessing_reasons)},
+                "blessing": {k: v for k, v in blessing.to_dict().items() if k != "metrics"},
                 "pushed_at": states.now_iso(now)}
-    version = served.register_candidate(store, identity, deadline=now + push_timeout, now=now)
+    version = served.register_candidate(store, identity, deadline=now + settings.push_timeout_seconds, now=now)
     try:
         with tempfile.TemporaryDirectory(prefix="gpupipe-push-") as tmp:
             staged = stage_version(model_dir, tmp, model_name, examples or [], statistics_file, schema_file, metrics,
@@ -164,7 +168,7 @@ def push_model(model_dir: str, blessed: bool, blessing_reasons: List[str], base:
             from components.push.smoke import smoke_test
 
             served.begin_canary(store, version)
-            gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], smoke_timeout)
+            gap = smoke_test(endpoint, model_name, version, model_dir, examples or [], settings.smoke_timeout_seconds)
             result.smoke_test = f"passed on {endpoint}: max probability gap {gap:.2e}"
     except Exception as err:
         # A failed version must not stay where serving (the highest version, when no
@@ -212,14 +216,10 @@ def run_push(*, model_dir: str, blessing_dir: str, examples_dir: str, statistics
     settings.check_base()
     try:
         result = push_model(
-            model_dir, blessing.blessed, blessing.reasons, settings.base, settings.model_name,
+            settings, model_dir, blessing,
             examples=eval_examples(examples_dir, settings.smoke_rows) if blessing.blessed else [],
             statistics_file=os.path.join(statistics_dir, names.STATS_FILE),
-            schema_file=os.path.join(schema_dir, names.SCHEMA_FILE),
-            metrics=blessing.metrics, keep_versions=settings.keep_versions, endpoint=settings.endpoint or "",
-            smoke_timeout=settings.smoke_timeout_seconds, run_id=run_id, canary_percent=settings.canary_percent,
-            push_timeout=settings.push_timeout_seconds, lineage=lineage,
-            blessing={k: v for k, v in blessing.to_dict().items() if k != "metrics"})
+            schema_file=os.path.join(schema_dir, names.SCHEMA_FILE), run_id=run_id, lineage=lineage)
     except GpupipeError as err:
         write_result(PushResult(pushed=False, reason=str(err)), output_dir)
         raise

@@ -21,6 +21,20 @@ from components.store.base import ServingStore
 pytestmark = pytest.mark.unit
 
 
+def verdict(blessed: bool, reasons, metrics=None) -> Blessing:
+    """Evaluate's verdict as push reads it."""
+    return Blessing(blessed=blessed, metric="accuracy", value=1.0, threshold=0.0, reasons=list(reasons),
+                    metrics=metrics or {})
+
+
+BLESSED = verdict(True, ["ok"])
+
+
+def serving(base, name: str = "m", **fields) -> ServingSettings:
+    """The serving section these tests push with: the model `name` under `base`."""
+    return ServingSettings(base=str(base), model_name=name, **fields)
+
+
 def labels(base, name="m"):
     return models_config.labels(ServingStore(base, name).read_models_config(), name)
 
@@ -32,8 +46,8 @@ def leftovers(base, name="m"):
 
 def test_versions_increase_and_are_whole(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    first = push_model(model_dir, True, ["ok"], base, "m")
-    second = push_model(model_dir, True, ["ok"], base, "m")
+    first = push_model(serving(base), model_dir, BLESSED)
+    second = push_model(serving(base), model_dir, BLESSED)
     assert (first.version, second.version) == (1, 2)
     assert ServingStore(base, "m").versions() == [1, 2]
     assert os.path.isfile(os.path.join(base, "m", "2", "saved_model.pb"))
@@ -45,7 +59,7 @@ def test_versions_increase_and_are_whole(tmp_path, model_dir):
 
 def test_unblessed_model_is_not_pushed(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    result = push_model(model_dir, False, ["accuracy 0.5000 is below threshold 0.9000"], base, "m")
+    result = push_model(serving(base), model_dir, verdict(False, ["accuracy 0.5000 is below threshold 0.9000"]))
     assert not result.pushed and result.version is None
     assert result.reason == "not blessed: accuracy 0.5000 is below threshold 0.9000"
     assert not os.path.exists(base)
@@ -66,7 +80,8 @@ def test_run_push_of_an_unblessed_model_records_not_pushed_and_why(tmp_path, mod
 def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     results = []
-    threads = [threading.Thread(target=lambda: results.append(push_model(model_dir, True, ["ok"], base, "m")))
+    settings = serving(base, keep_versions=6)  # all six stay: this is about the pushes, not retention
+    threads = [threading.Thread(target=lambda: results.append(push_model(settings, model_dir, BLESSED)))
                for _ in range(6)]
     for t in threads:
         t.start()
@@ -81,13 +96,16 @@ def test_concurrent_pushes_get_distinct_whole_versions(tmp_path, model_dir):
 
 _SLOW_PUSH = textwrap.dedent("""
     import shutil, sys, time
+    from components.contracts.blessing import Blessing
     from components.push.logic import push_model
+    from components.push.settings import ServingSettings
     copy = shutil.copy2
     def slow_copy(src, dst, **kw):  # slow the copy down so the test can kill it midway
         time.sleep(0.02)
         return copy(src, dst, **kw)
     shutil.copy2 = slow_copy
-    push_model(sys.argv[1], True, ["ok"], sys.argv[2], "m")
+    push_model(ServingSettings(base=sys.argv[2], model_name="m"), sys.argv[1],
+               Blessing(blessed=True, metric="accuracy", value=1.0, threshold=0.0, reasons=["ok"]))
 """)
 
 
@@ -95,7 +113,7 @@ def test_push_killed_midway_leaves_no_partial_version(tmp_path, model_dir):
     for i in range(300):
         (tmp_path / "model" / "variables" / f"shard-{i:04d}").write_bytes(b"x" * 100)
     base = tmp_path / "serving"
-    push_model(model_dir, True, ["ok"], str(base), "m")  # version 1, whole
+    push_model(serving(str(base)), model_dir, BLESSED)  # version 1, whole
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_PUSH, model_dir, str(base)])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the copy is under way
@@ -112,14 +130,14 @@ def test_push_killed_midway_leaves_no_partial_version(tmp_path, model_dir):
     assert ServingStore(str(base), "m").versions() == [1]
     # The next push is unaffected; the killed one's number stays claimed by its candidate,
     # which nothing serves and which fails once its push's deadline has passed.
-    assert push_model(model_dir, True, ["ok"], str(base), "m").version == 3
+    assert push_model(serving(str(base)), model_dir, BLESSED).version == 3
     record = served.read_record(ServingStore(str(base), "m"))
     assert record["versions"]["2"]["state"] == "candidate" and labels(str(base)) == {"stable": 3}
 
 
 def test_retention_keeps_the_newest_k(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    removed = [push_model(model_dir, True, ["ok"], base, "m", keep_versions=2).removed_versions for _ in range(4)]
+    removed = [push_model(serving(base, keep_versions=2), model_dir, BLESSED).removed_versions for _ in range(4)]
     assert removed == [[], [], [1], [2]]
     assert ServingStore(base, "m").versions() == [3, 4]
     assert leftovers(base) == ["3", "4"]
@@ -138,7 +156,7 @@ def test_retention_never_deletes_a_labelled_version(tmp_path, model_dir):
 def test_rollback_changes_what_models_config_serves(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     for _ in range(3):
-        push_model(model_dir, True, ["ok"], base, "m")
+        push_model(serving(base), model_dir, BLESSED)
     assert labels(base) == {"stable": 3}
     assert served.rollback(base, "m") == (3, 2)
     text = (tmp_path / "serving" / "models.config").read_text()
@@ -154,7 +172,7 @@ def test_models_config_keeps_other_models(tmp_path, model_dir):
     base.mkdir()
     (base / "models.config").write_text(
         'model_config_list { config { name: "other" base_path: "/x/other" model_platform: "tensorflow" } }')
-    push_model(model_dir, True, ["ok"], str(base), "m")
+    push_model(serving(str(base)), model_dir, BLESSED)
     text = (base / "models.config").read_text()
     assert 'name: "other"' in text and 'name: "m"' in text
 
@@ -164,13 +182,13 @@ def test_push_to_gcs_through_the_emulator(tmp_path, model_dir, monkeypatch):
 
     with gcs_emulator(monkeypatch) as bucket:
         base = f"gs://{bucket}/models"
-        first = push_model(model_dir, True, ["ok"], base, "m")
-        second = push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)
+        first = push_model(serving(base), model_dir, BLESSED)
+        second = push_model(serving(base, keep_versions=1), model_dir, BLESSED)
         assert (first.version, second.version) == (1, 2)
         assert first.path == f"gs://{bucket}/models/m/1"
         store = ServingStore(base, "m")
         assert store.versions() == [1, 2]  # the previous stable version survives retention
-        third = push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)
+        third = push_model(serving(base, keep_versions=1), model_dir, BLESSED)
         assert third.removed_versions == [1] and store.versions() == [2, 3]
         assert labels(base) == {"stable": 3}
         local = store.download_version(2, str(tmp_path / "dl"))
@@ -184,7 +202,7 @@ def test_warmup_requests_are_predict_logs_of_eval_rows(tmp_path, penguin_model, 
 
     base = str(tmp_path / "serving")
     rows = eval_examples(penguin_examples, 3)
-    result = push_model(penguin_model, True, ["ok"], base, "penguins", examples=rows)
+    result = push_model(serving(base, "penguins"), penguin_model, BLESSED, examples=rows)
     warmup = os.path.join(result.path, "assets.extra", "tf_serving_warmup_requests")
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(warmup)]
     assert len(logs) == 3
@@ -198,10 +216,10 @@ def test_smoke_test_passes_against_the_tf_serving_fixture(tmp_path, penguin_mode
 
     base = str(tmp_path / "serving")
     rows = eval_examples(penguin_examples, 4)
-    push_model(penguin_model, True, ["ok"], base, "penguins")  # version 1, stable
+    push_model(serving(base, "penguins"), penguin_model, BLESSED)  # version 1, stable
     with FixtureServer(FakeTFServing(base, "penguins")) as server:
-        result = push_model(penguin_model, True, ["ok"], base, "penguins", examples=rows, endpoint=server.endpoint,
-                            smoke_timeout=30)
+        result = push_model(serving(base, "penguins", endpoint=server.endpoint, smoke_timeout_seconds=30),
+                            penguin_model, BLESSED, examples=rows)
     assert result.version == 2 and result.smoke_test.startswith(f"passed on {server.endpoint}")
     assert labels(base, "penguins") == {"stable": 2}
     calls = [name for name, _ in server.servicer.requests]
@@ -219,12 +237,12 @@ def test_smoke_test_failure_leaves_stable_where_it_was(tmp_path, penguin_model, 
     from tests.fixtures.tf_serving import FakeTFServing, FixtureServer
 
     base = str(tmp_path / "serving")
-    push_model(penguin_model, True, ["ok"], base, "penguins")
+    push_model(serving(base, "penguins"), penguin_model, BLESSED)
     before = (tmp_path / "serving" / "models.config").read_text()
     with FixtureServer(FakeTFServing(base, "penguins", **servicer_args)) as server:
         with pytest.raises(GpupipeError, match=message):
-            push_model(penguin_model, True, ["ok"], base, "penguins", examples=eval_examples(penguin_examples, 4),
-                       endpoint=server.endpoint, smoke_timeout=2)
+            push_model(serving(base, "penguins", endpoint=server.endpoint, smoke_timeout_seconds=2), penguin_model,
+                       BLESSED, examples=eval_examples(penguin_examples, 4))
     assert labels(base, "penguins") == {"stable": 1}
     assert (tmp_path / "serving" / "models.config").read_text() == before
 
@@ -232,16 +250,16 @@ def test_smoke_test_failure_leaves_stable_where_it_was(tmp_path, penguin_model, 
 def test_directory_without_saved_model_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(GpupipeError, match="has no saved_model.pb"):
-        push_model(str(tmp_path / "empty"), True, ["ok"], str(tmp_path / "serving"), "m")
+        push_model(serving(str(tmp_path / "serving")), str(tmp_path / "empty"), BLESSED)
     assert not (tmp_path / "serving").exists()  # nothing recorded, nothing claimed
 
 
 def test_a_retried_push_of_the_same_run_adds_no_version(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    first = push_model(model_dir, True, ["ok"], base, "m", run_id="run-1")
-    retry = push_model(model_dir, True, ["ok"], base, "m", run_id="run-1")  # KFP retried the push task
+    first = push_model(serving(base), model_dir, BLESSED, run_id="run-1")
+    retry = push_model(serving(base), model_dir, BLESSED, run_id="run-1")  # KFP retried the push task
     assert (first.version, retry.version) == (1, 1) and "already pushed as version 1 by this run" in retry.reason
-    other_run = push_model(model_dir, True, ["ok"], base, "m", run_id="run-2")
+    other_run = push_model(serving(base), model_dir, BLESSED, run_id="run-2")
     assert other_run.version == 2 and ServingStore(base, "m").versions() == [1, 2]
 
 
@@ -253,9 +271,9 @@ def test_a_version_that_fails_its_smoke_test_leaves_the_serving_directory(tmp_pa
 
     monkeypatch.setattr(smoke, "smoke_test", fails)
     base = str(tmp_path / "serving")
-    push_model(model_dir, True, ["ok"], base, "m")
+    push_model(serving(base), model_dir, BLESSED)
     with pytest.raises(GpupipeError, match="predictions differ"):
-        push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1")
+        push_model(serving(base, endpoint="localhost:1"), model_dir, BLESSED)
     store = ServingStore(base, "m")
     assert store.versions() == [1]  # not served as the highest version, not a baseline, not a rollback target
     assert labels(base) == {"stable": 1}
@@ -316,7 +334,7 @@ def test_a_first_push_that_fails_its_smoke_test_is_never_served_nor_a_baseline(t
     monkeypatch.setattr(smoke, "smoke_test", _fails)
     base = str(tmp_path / "serving")
     with pytest.raises(GpupipeError, match="predictions differ"):
-        push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", run_id="run-1")
+        push_model(serving(base, endpoint="localhost:1"), model_dir, BLESSED, run_id="run-1")
     assert record_states(base) == {1: "failed"}
     assert served.served_version_number(base, "m") is None  # the next run's gate and drift check: no baseline
     assert ServingStore(base, "m").versions() == [] and labels(base) == {}
@@ -324,7 +342,7 @@ def test_a_first_push_that_fails_its_smoke_test_is_never_served_nor_a_baseline(t
     with pytest.raises(GpupipeError, match="no versions of m"):
         served.rollback(base, "m")
     monkeypatch.setattr(smoke, "smoke_test", lambda *a, **k: 0.0)
-    assert push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", run_id="run-2").version == 2
+    assert push_model(serving(base, endpoint="localhost:1"), model_dir, BLESSED, run_id="run-2").version == 2
     assert served.served_version_number(base, "m") == 2 and record_states(base) == {1: "failed", 2: "stable"}
 
 
@@ -335,7 +353,7 @@ def _fails(*args, **kwargs):
 def test_rollback_goes_to_the_newest_earlier_version_that_passed(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     for _ in range(4):
-        push_model(model_dir, True, ["ok"], base, "m")
+        push_model(serving(base), model_dir, BLESSED)
     fail_leaving_files(base, 3)  # whole on disk, but it failed
     assert served.rollback(base, "m") == (4, 2)  # not 3
     with pytest.raises(GpupipeError, match=r"rollback --to 3: version 3 of m is failed, not one that passed; pick one "
@@ -347,8 +365,8 @@ def test_rollback_goes_to_the_newest_earlier_version_that_passed(tmp_path, model
 
 def test_the_baseline_is_never_a_failed_version(tmp_path, model_dir):
     base = str(tmp_path / "serving")
-    push_model(model_dir, True, ["ok"], base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")
+    push_model(serving(base), model_dir, BLESSED)
+    push_model(serving(base), model_dir, BLESSED)
     fail_leaving_files(base, 2)  # the stable one failed afterwards (e.g. aborted); no stable left
     assert served.served_version_number(base, "m") == 1  # the newest that passed, not the newest on disk
 
@@ -358,16 +376,16 @@ def test_retention_keeps_stable_and_previous_stable_and_does_not_count_failed(tm
 
     base = str(tmp_path / "serving")
     for _ in range(3):
-        push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 1, 2, 3: stable 3
+        push_model(serving(base, keep_versions=3), model_dir, BLESSED)  # 1, 2, 3: stable 3
     monkeypatch.setattr(smoke, "smoke_test", _fails)
     with pytest.raises(GpupipeError):
-        push_model(model_dir, True, ["ok"], base, "m", keep_versions=3, endpoint="localhost:1")  # 4 failed, removed
-    push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 5
+        push_model(serving(base, keep_versions=3, endpoint="localhost:1"), model_dir, BLESSED)  # 4 failed, removed
+    push_model(serving(base, keep_versions=3), model_dir, BLESSED)  # 5
     fail_leaving_files(base, 5)  # 5 failed after the fact, its files still there
-    result = push_model(model_dir, True, ["ok"], base, "m", keep_versions=3)  # 6
+    result = push_model(serving(base, keep_versions=3), model_dir, BLESSED)  # 6
     # The newest 3 that passed stay (2, 3, 6; 1 went with 5): the failed 4 and 5 do not count, 5's files go.
     assert result.removed_versions == [5] and ServingStore(base, "m").versions() == [2, 3, 6]
     assert record_states(base) == {2: "retired", 3: "retired", 4: "failed", 5: "failed", 6: "stable"}
-    push_model(model_dir, True, ["ok"], base, "m", keep_versions=1)  # 7: keep 1, yet the previous stable 6 stays
+    push_model(serving(base, keep_versions=1), model_dir, BLESSED)  # 7: keep 1, yet the previous stable 6 stays
     assert ServingStore(base, "m").versions() == [6, 7]
     assert served.read_record(ServingStore(base, "m"))["previous_stable"] == 6

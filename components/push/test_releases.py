@@ -9,6 +9,7 @@ import pytest
 from components.contracts.errors import GpupipeError
 from components.push import smoke
 from components.push.logic import push_model
+from components.push.test_logic import BLESSED, serving
 from components.store import models_config, served, states
 from components.store.base import ServingStore
 
@@ -74,13 +75,13 @@ def test_a_push_killed_at_each_write_in_turn_leaves_a_consistent_serving_base(tm
     while writes_of_a_whole_push is None:
         n += 1
         base = str(tmp_path / f"serving-{n}")
-        push_model(model_dir, True, ["ok"], base, "m", keep_versions=2)  # 1: stable
-        push_model(model_dir, True, ["ok"], base, "m", keep_versions=2)  # 2: stable, 1 previous stable
+        push_model(serving(base, keep_versions=2), model_dir, BLESSED)  # 1: stable
+        push_model(serving(base, keep_versions=2), model_dir, BLESSED)  # 2: stable, 1 previous stable
         with monkeypatch.context() as patch:
             made = kill_at(patch, n)
             try:
-                push_model(model_dir, True, ["ok"], base, "m", keep_versions=2, endpoint="localhost:1",
-                           run_id="run-3", canary_percent=canary_percent)
+                push_model(serving(base, keep_versions=2, endpoint="localhost:1", canary_percent=canary_percent),
+                           model_dir, BLESSED, run_id="run-3")
                 writes_of_a_whole_push = len(made)  # n is past the last write: the push went through
             except Killed:
                 pass
@@ -88,8 +89,8 @@ def test_a_push_killed_at_each_write_in_turn_leaves_a_consistent_serving_base(tm
         check_serving_base(base, allow_unfinished_canary=True)
         assert states.stable(served.read_record(ServingStore(base, "m"))) in (2, 3)
         # KFP retries the push task (same run): it repairs what the killed attempt left.
-        retry = push_model(model_dir, True, ["ok"], base, "m", keep_versions=2, endpoint="localhost:1",
-                           run_id="run-3", canary_percent=canary_percent)
+        retry = push_model(serving(base, keep_versions=2, endpoint="localhost:1", canary_percent=canary_percent),
+                           model_dir, BLESSED, run_id="run-3")
         record = check_serving_base(base)
         store = ServingStore(base, "m")
         released = {v for v in states.numbers(record) if states.passed(states.entry(record, v))}
@@ -108,7 +109,7 @@ def test_a_push_killed_at_each_write_in_turn_leaves_a_consistent_serving_base(tm
 
 def test_a_canary_label_never_outlives_a_killed_push_of_another_run(tmp_path, model_dir, monkeypatch, smoke_passes):
     base = str(tmp_path / "serving")
-    push_model(model_dir, True, ["ok"], base, "m")  # 1: stable
+    push_model(serving(base), model_dir, BLESSED)  # 1: stable
 
     def killed(*args, **kwargs):
         raise Killed("smoke test")
@@ -116,10 +117,11 @@ def test_a_canary_label_never_outlives_a_killed_push_of_another_run(tmp_path, mo
     with monkeypatch.context() as patch:
         patch.setattr(smoke, "smoke_test", killed)
         with pytest.raises(Killed):
-            push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", run_id="run-a", push_timeout=0.01)
+            push_model(serving(base, endpoint="localhost:1", push_timeout_seconds=0.01), model_dir, BLESSED,
+                       run_id="run-a")
     assert served.current_labels(ServingStore(base, "m")) == {"stable": 1, "canary": 2}  # killed mid smoke test
     time.sleep(0.02)  # its deadline passes
-    result = push_model(model_dir, True, ["ok"], base, "m", run_id="run-b")
+    result = push_model(serving(base), model_dir, BLESSED, run_id="run-b")
     assert result.version == 3 and served.current_labels(ServingStore(base, "m")) == {"stable": 3}
     record = served.read_record(ServingStore(base, "m"))
     assert states.entry(record, 2)["state"] == "failed" and ServingStore(base, "m").versions() == [1, 3]
@@ -129,9 +131,9 @@ def test_a_canary_label_never_outlives_a_killed_push_of_another_run(tmp_path, mo
 def test_a_live_push_of_another_run_is_left_alone(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     store = ServingStore(base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")
+    push_model(serving(base), model_dir, BLESSED)
     other = served.register_candidate(store, {"run_id": "run-a"}, deadline=time.time() + 600)
-    push_model(model_dir, True, ["ok"], base, "m", run_id="run-b", keep_versions=1)
+    push_model(serving(base, keep_versions=1), model_dir, BLESSED, run_id="run-b")
     assert states.entry(served.read_record(store), other)["state"] == "candidate"  # not failed, not removed
 
 
@@ -139,8 +141,8 @@ def test_a_live_push_of_another_run_is_left_alone(tmp_path, model_dir):
 def test_a_canary_push_keeps_stable_then_promote_moves_it_and_keeps_the_previous(tmp_path, model_dir, smoke_passes):
     base = str(tmp_path / "serving")
     store = ServingStore(base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")  # 1: stable
-    result = push_model(model_dir, True, ["ok"], base, "m", endpoint="localhost:1", canary_percent=10)
+    push_model(serving(base), model_dir, BLESSED)  # 1: stable
+    result = push_model(serving(base, endpoint="localhost:1", canary_percent=10), model_dir, BLESSED)
     assert (result.version, result.canary, result.stable) == (2, 2, 1)
     assert "canary for 10% of the traffic, stable stays version 1" in result.reason
     assert served.current_labels(store) == {"stable": 1, "canary": 2}
@@ -156,8 +158,8 @@ def test_a_canary_push_keeps_stable_then_promote_moves_it_and_keeps_the_previous
 def test_abort_drops_the_canary_label_and_the_version(tmp_path, model_dir, smoke_passes):
     base = str(tmp_path / "serving")
     store = ServingStore(base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")
-    push_model(model_dir, True, ["ok"], base, "m", canary_percent=25)
+    push_model(serving(base), model_dir, BLESSED)
+    push_model(serving(base, canary_percent=25), model_dir, BLESSED)
     assert served.abort(base, "m") == 2
     assert served.current_labels(store) == {"stable": 1} and store.versions() == [1]
     assert states.entry(served.read_record(store), 2)["state"] == "failed"
@@ -172,7 +174,7 @@ def test_abort_drops_the_canary_label_and_the_version(tmp_path, model_dir, smoke
 def test_a_canary_still_in_its_smoke_test_is_not_promoted(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     store = ServingStore(base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")
+    push_model(serving(base), model_dir, BLESSED)
     version = served.register_candidate(store, {"run_id": "run-a"}, deadline=time.time() + 600)
     store.add_version(model_dir, version)
     served.begin_canary(store, version)
@@ -183,8 +185,8 @@ def test_a_canary_still_in_its_smoke_test_is_not_promoted(tmp_path, model_dir):
 def test_a_newer_canary_supersedes_an_older_one(tmp_path, model_dir):
     base = str(tmp_path / "serving")
     store = ServingStore(base, "m")
-    push_model(model_dir, True, ["ok"], base, "m")
-    push_model(model_dir, True, ["ok"], base, "m", canary_percent=10)
-    push_model(model_dir, True, ["ok"], base, "m", canary_percent=10)
+    push_model(serving(base), model_dir, BLESSED)
+    push_model(serving(base, canary_percent=10), model_dir, BLESSED)
+    push_model(serving(base, canary_percent=10), model_dir, BLESSED)
     assert served.current_labels(store) == {"stable": 1, "canary": 3}
     assert states.entry(served.read_record(store), 2)["state"] == "retired"
