@@ -1,5 +1,5 @@
 """`gpupipe manifest kserve|tfserving|rbac|tenant CONFIG`: the Kubernetes objects a config
-needs, printed as YAML for `kubectl apply -f -` (pipelines/manifests.py writes them). Each
+needs, printed as YAML for `kubectl apply -f -` (pipelines/manifests/ writes them). Each
 sub-command takes only its own options; what the user still has to do goes to stderr, so
 stdout stays the YAML."""
 from __future__ import annotations

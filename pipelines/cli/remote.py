@@ -1,5 +1,5 @@
 """The commands that talk to a KFP installation: `gpupipe upload`, `submit`, `schedule` and
-`runs` (pipelines/remote.py does the talking)."""
+`runs` (pipelines/remote/ does the talking)."""
 from __future__ import annotations
 
 import argparse

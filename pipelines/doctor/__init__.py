@@ -6,7 +6,7 @@ The checks, and what each asks of which API (the shapes as the Kubernetes API se
 them, kubernetes/api and apiextensions-apiserver):
 
 - KFP: `GET <host>/apis/v2beta1/healthz` and the backend's release against 2.5.0
-  (pipelines/remote.py check_reachable and check_kfp_version, the same as upload and submit).
+  (pipelines/remote/ check_reachable and check_kfp_version, the same as upload and submit).
 - Who the Kubernetes API takes us for: `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`
   (status.userInfo.username; Kubernetes 1.28 and later, else the kubeconfig's user is named).
 - The CRDs the config needs: `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>`,

@@ -31,7 +31,7 @@ KSERVE = ("inferenceservices.serving.kserve.io", "v1beta1",
 # ---------------------------------------------------------------- KFP
 
 def kfp_lines(host: str, iap_client_id: Optional[str] = None) -> List[Line]:
-    """KFP answers and is recent enough: pipelines/remote.py's own checks."""
+    """KFP answers and is recent enough: pipelines/remote/'s own checks."""
     from pipelines import remote
 
     warnings: List[str] = []
