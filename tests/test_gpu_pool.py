@@ -232,10 +232,10 @@ def test_a_borrowing_limit_of_0_is_written_and_unset_is_no_limit(ctr_config, cap
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(gpu_quota=-1), "manifest --gpu-quota -1: a GPU count is 0 or more"),
-    (dict(gpu_quota=2, borrowing_limit=-2), "manifest --borrowing-limit -2: a GPU count is 0 or more"),
-    (dict(gpu_quota=2, cohort=""), "manifest --cohort '': not a Kueue cohort name"),
-    (dict(gpu_quota=2, cohort="Team_Pool"), "manifest --cohort 'Team_Pool': not a Kueue cohort name"),
+    (dict(gpu_quota=-1), "manifest tenant --gpu-quota -1: a GPU count is 0 or more"),
+    (dict(gpu_quota=2, borrowing_limit=-2), "manifest tenant --borrowing-limit -2: a GPU count is 0 or more"),
+    (dict(gpu_quota=2, cohort=""), "manifest tenant --cohort '': not a Kueue cohort name"),
+    (dict(gpu_quota=2, cohort="Team_Pool"), "manifest tenant --cohort 'Team_Pool': not a Kueue cohort name"),
 ])
 def test_what_kueue_would_refuse_is_refused_in_one_line(ctr_config, args, message):
     from components.contracts.errors import GpupipeError

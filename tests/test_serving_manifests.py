@@ -145,7 +145,7 @@ def test_tf_serving_refuses_an_s3_base_with_the_stock_image_that_cannot_read_it(
     assert str(err.value) == (
         "serving.tf_serving_image: the stock tensorflow/serving:2.16.1 image has no s3:// file system (gone since "
         "2.7, tensorflow/serving#1963); set serving.tf_serving_image to a TF Serving build with S3 support, or serve "
-        "with KServe (gpupipe manifest without --tfserving)")
+        "with KServe (gpupipe manifest kserve)")
 
 
 def test_kserve_on_s3_gets_a_service_account_listing_the_secret_and_the_annotations_to_add():

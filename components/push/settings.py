@@ -74,7 +74,7 @@ class ServingSettings(Strict):
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     batching: Batching = Field(default_factory=Batching)
     tf_serving_image: Optional[str] = Field(
-        None, description="the TF Serving image of `gpupipe manifest --tfserving` (default: "
+        None, description="the TF Serving image of `gpupipe manifest tfserving` (default: "
                           "tensorflow/serving:<tf_serving_version>)")
 
     allowed_bases: List[str] = Field(

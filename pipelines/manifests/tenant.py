@@ -60,11 +60,11 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
     for flag, value in (("--gpu-quota", gpu_quota), ("--spot-gpu-quota", spot_gpu_quota),
                         ("--borrowing-limit", borrowing_limit)):
         if value is not None and value < 0:
-            raise GpupipeError(f"manifest {flag} {value}: a GPU count is 0 or more (Kueue refuses a negative quota); "
+            raise GpupipeError(f"manifest tenant {flag} {value}: a GPU count is 0 or more (Kueue refuses a negative quota); "
                                f"give {flag} N with N >= 0")
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", cohort or "") \
             or len(cohort) > 253:
-        raise GpupipeError(f"manifest --cohort {cohort!r}: not a Kueue cohort name (lowercase letters, digits, '-' "
+        raise GpupipeError(f"manifest tenant --cohort {cohort!r}: not a Kueue cohort name (lowercase letters, digits, '-' "
                            "and '.'); give e.g. --cohort gpupipe-pool")
     shape = training_shape(config, queued=False)
     cpu, memory = shape.cpu_request, shape.memory_request  # a JobSet or TFJob worker: its one container

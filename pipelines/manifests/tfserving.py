@@ -29,7 +29,7 @@ def tf_serving_s3_env(config: PipelineConfig) -> list:
             raise GpupipeError(
                 f"serving.tf_serving_image: the stock tensorflow/serving:{srv.tf_serving_version} image has no s3:// "
                 "file system (gone since 2.7, tensorflow/serving#1963); set serving.tf_serving_image to a TF Serving "
-                "build with S3 support, or serve with KServe (gpupipe manifest without --tfserving)")
+                "build with S3 support, or serve with KServe (gpupipe manifest kserve)")
     env = [{"name": "AWS_REGION", "value": s3.region}]
     if s3.host_port:
         env.append({"name": "S3_ENDPOINT", "value": s3.host_port})
