@@ -1,11 +1,13 @@
-"""The workarounds of pinned libraries' private names (components/contracts/compat/): each
-was read on the versions MEASURED_ON says; a pin that moves fails here, loudly, before a
-workaround silently stops working. And nothing outside the compat module (and the training
-step's own, listed there) patches a library or uses unittest."""
+"""The workarounds of pinned libraries' private names (components/contracts/compat/): each was
+read on the versions MEASURED_ON says; a pin that moves fails here, loudly, before a
+workaround silently stops working. And no product code outside the compat package uses
+unittest, assigns into a library, or reaches a library's private names (`tf_keras.src`,
+`tensorflow.python`, `x._name`, an override of a library class's private method)."""
 import ast
+import importlib
 import importlib.metadata
 import inspect
-import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from components.contracts import compat
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
+COMPAT = "components/contracts/compat/"
 
 
 @pytest.mark.parametrize("package", sorted(compat.MEASURED_ON))
@@ -24,7 +27,7 @@ def test_the_installed_version_is_the_one_the_workarounds_were_measured_on(packa
         f"{compat.MEASURED_ON[package]}: read them again against {installed}'s source, then update MEASURED_ON")
 
 
-def test_the_hooks_the_workarounds_use_are_still_there():
+def test_the_kfp_hooks_are_still_there():
     from kfp.dsl import pipeline_task
     from kfp.local import subprocess_task_handler, task_dispatcher
 
@@ -41,6 +44,101 @@ def test_the_hooks_the_workarounds_use_are_still_there():
     assert pipeline_task.inspect is before
 
 
+def test_the_autograph_rules_hook_is_still_there():
+    from tensorflow.python.autograph.core import config, config_lib
+    from tensorflow.python.autograph.impl import conversion
+
+    from components.contracts.compat.tensorflow import graph_code_without_autograph
+
+    # autograph reads the module's rules on every conversion decision
+    assert "config.CONVERSION_RULES" in inspect.getsource(conversion)
+    before = config.CONVERSION_RULES
+    try:
+        graph_code_without_autograph()
+        graph_code_without_autograph()  # idempotent
+        rules = config.CONVERSION_RULES
+        assert len(rules) == len(before) + 2 if not any(
+            isinstance(r, config_lib.DoNotConvert) and r.matches("tf_keras") for r in before) else rules == before
+        assert [isinstance(r, config_lib.DoNotConvert) and r.matches(m) for r, m in zip(rules, ("tf_keras", "components"))] \
+            == [True, True]
+    finally:
+        config.CONVERSION_RULES = before
+
+
+def test_the_tf_keras_hooks_are_still_there():
+    import tf_keras
+    from tf_keras.src.callbacks import BackupAndRestore
+    from tf_keras.src.optimizers.legacy import optimizer_v2
+
+    from components.contracts.compat import tf_keras as keras_compat
+
+    base = optimizer_v2.OptimizerV2
+    # Adam's override: the base class routes an IndexedSlices gradient through this method
+    assert "self._resource_apply_sparse_duplicate_indices(" in inspect.getsource(base)
+    assert "_resource_apply_dense" in vars(tf_keras.optimizers.legacy.Adam)
+    # GradientAccumulation's overrides and reads, as LossScaleOptimizer has them
+    for name in ("_create_all_weights", "_compute_gradients", "_aggregate_gradients", "_restore_slot_variable",
+                 "_create_or_restore_slot_variable", "_get_hyper", "_HAS_AGGREGATE_GRAD"):
+        assert hasattr(base, name), name
+    assert "_hyper" in vars(tf_keras.optimizers.legacy.SGD(0.1))
+    assert callable(optimizer_v2._var_key)
+    assert hasattr(tf_keras.src.mixed_precision.loss_scale_optimizer.LossScaleOptimizer, "_optimizer") or \
+        "self._optimizer" in inspect.getsource(tf_keras.src.mixed_precision.loss_scale_optimizer)
+    # BackupAndRestore saves through _backup, from its step and epoch ends
+    for method in (BackupAndRestore.on_train_batch_end, BackupAndRestore.on_epoch_end):
+        assert "self._backup(" in inspect.getsource(method)
+    assert list(inspect.signature(BackupAndRestore._backup).parameters) == ["self", "epoch", "batch"]
+    assert issubclass(keras_compat.BackupAndRestore, tf_keras.callbacks.BackupAndRestore)
+    # the saving option scope and its two options
+    from tf_keras.src.saving.legacy.saved_model import utils
+
+    assert list(inspect.signature(utils.keras_option_scope).parameters) == ["save_traces", "in_tf_saved_model_scope"]
+    with keras_compat.saved_model_without_traces():
+        assert utils.should_save_traces() is False and utils.in_tf_saved_model_scope()
+    assert utils.should_save_traces() is True
+
+
+def test_the_optimizer_slots_are_made_before_the_first_step():
+    import tensorflow as tf
+
+    from components.contracts.compat.tf_keras import Adam, create_optimizer_slots
+
+    variable = tf.Variable(tf.zeros([3, 2]))
+    optimizer = Adam(0.1)
+    create_optimizer_slots(optimizer, [variable])
+    assert sorted(optimizer.get_slot_names()) == ["m", "v"] and optimizer.get_slot(variable, "m").shape == [3, 2]
+
+
+def test_the_beam_sink_hook_is_still_there():
+    from components.contracts.compat.beam import TFRecordSink
+
+    assert list(inspect.signature(TFRecordSink.__init__).parameters) == [
+        "self", "file_path_prefix", "coder", "file_name_suffix", "num_shards", "shard_name_template",
+        "compression_type"]
+    assert "open" in vars(TFRecordSink.__mro__[1]) or hasattr(TFRecordSink, "open")
+
+
+def test_the_keras_tuner_hook_is_still_there():
+    import keras_tuner
+
+    from components.contracts.compat.keras_tuner import set_oracle_project_dir
+
+    assert list(inspect.signature(keras_tuner.Oracle._set_project_dir).parameters) == [
+        "self", "directory", "project_name"]
+    oracle = keras_tuner.oracles.RandomSearchOracle(objective="loss", max_trials=1)
+    set_oracle_project_dir(oracle, "/tmp/gpupipe-oracle", "oracle")
+    assert oracle._project_dir == "/tmp/gpupipe-oracle/oracle"
+
+
+def test_importing_compat_loads_no_library():
+    code = ("import sys, components.contracts.compat; "
+            "print(sorted(m for m in ('tensorflow', 'tf_keras', 'kfp', 'apache_beam') if m in sys.modules))")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_patched_environ_puts_back_what_was_there(monkeypatch):
     import os
 
@@ -51,27 +149,164 @@ def test_patched_environ_puts_back_what_was_there(monkeypatch):
     assert os.environ["GPUPIPE_COMPAT_A"] == "a" and "GPUPIPE_COMPAT_B" not in os.environ
 
 
-# The training step's workarounds not yet moved here (compat's docstring names them).
-NOT_YET_MOVED = {"components/train/runtime.py", "components/train/accumulation.py", "components/train/model.py"}
+# ---- nothing outside compat reaches into a library --------------------------------------------
+
+FIRST_PARTY = {"components", "pipelines", "bench", "tests", "images", "conftest"}
+# Underscored names that are public API (namedtuple's).
+PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+OVERRIDABLE_DUNDERS = {"__getattribute__", "__getattr__", "__setattr__", "__delattr__"}
+
+# Offences in files another engineer owns, waiting for them to use the compat name beside each
+# (issue #28); each must still be found while its file exists, so none outlives its fix.
+WAITING = {
+    "components/ingest/beam.py: uses tfrecordio._TFRecordSink": "compat.beam.TFRecordSink",
+    # a compat.gcs for it needs tests/test_architecture.py to let compat import google.cloud.storage
+    "components/contracts/storage/gcs.py: imports google.cloud.storage.retry._should_retry": "compat.gcs",
+    "components/train/tune.py: uses oracle._set_project_dir (not a gpupipe name)":
+        "compat.keras_tuner.set_oracle_project_dir",
+}
 
 
-def test_no_product_code_outside_compat_uses_unittest_or_assigns_into_a_library():
-    offenders = []
-    for path in sorted([*(ROOT / "components").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]):
-        rel = str(path.relative_to(ROOT))
-        if path.name.startswith("test_") or rel.startswith("components/contracts/compat/") or rel in NOT_YET_MOVED:
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        imported = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
-                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names
-                    if (getattr(node, "module", None) or alias.name).split(".")[0] in ("kfp", "tensorflow", "tf_keras")}
+def _private(name: str) -> bool:
+    return name == "__internal__" or (name.startswith("_") and not name.endswith("__"))
+
+
+def _private_module(module: str) -> bool:
+    parts = module.split(".")
+    return module.startswith("tensorflow.python") or "src" in parts[1:] or any(_private(p) for p in parts)
+
+
+def _product_files(root: Path):
+    for path in sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")]):
+        rel = path.relative_to(root).as_posix()
+        if not path.name.startswith("test_") and not rel.startswith(COMPAT) and rel != COMPAT.rstrip("/") + ".py":
+            yield rel, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _own_private_names(files) -> set:
+    """Underscored names gpupipe defines itself (outside compat): functions, classes, module
+    names and attributes it assigns."""
+    own = set()
+    for _, tree in files:
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and re.match(
-                    r"^unittest", getattr(node, "module", None) or node.names[0].name):
-                offenders.append(f"{rel}:{node.lineno} imports unittest")
-            if isinstance(node, ast.Assign):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+    return {n for n in own if _private(n)}
+
+
+def _libraries(tree) -> dict:
+    """Each name a file imports from a library (not the standard library, not gpupipe; compat
+    counts as a library) -> (module, attribute or None)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound[alias.asname or alias.name.split(".")[0]] = (alias.name if alias.asname else
+                                                                   alias.name.split(".")[0], None)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = (node.module, alias.name)
+    def library(module):
+        top = module.split(".")[0]
+        return module.startswith("components.contracts.compat") or (
+            top not in FIRST_PARTY and top not in sys.stdlib_module_names and top != "__future__")
+    return {name: where for name, where in bound.items() if library(where[0])}
+
+
+def _resolve(where, chain):
+    try:
+        module, attribute = where
+        value = importlib.import_module(module)
+        for name in ([attribute] if attribute else []) + chain:
+            value = getattr(value, name)
+        return value
+    except Exception:  # noqa: BLE001 (a base this test cannot load is not judged by it)
+        return None
+
+
+def _dotted(node):
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.insert(0, node.attr)
+        node = node.value
+    return (node.id, chain) if isinstance(node, ast.Name) else (None, chain)
+
+
+def offences(root: Path) -> set:
+    files = list(_product_files(root))
+    own = _own_private_names(files)
+    found = set()
+    for rel, tree in files:
+        libraries = _libraries(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = getattr(node, "module", None) or node.names[0].name
+                if module.split(".")[0] == "unittest":
+                    found.add(f"{rel}: imports unittest")
+                for alias in node.names:
+                    full = module if isinstance(node, ast.ImportFrom) else alias.name
+                    if full.split(".")[0] not in FIRST_PARTY and (
+                            _private_module(full) or (isinstance(node, ast.ImportFrom) and _private(alias.name))):
+                        found.add(f"{rel}: imports {full}" + (f".{alias.name}" if isinstance(node, ast.ImportFrom)
+                                                             else ""))
+            elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                            and target.value.id in imported:
-                        offenders.append(f"{rel}:{node.lineno} assigns {target.value.id}.{target.attr}")
-    assert offenders == []
+                            and target.value.id in libraries:
+                        found.add(f"{rel}: assigns {target.value.id}.{target.attr}")
+            elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in PUBLIC_UNDERSCORED:
+                root_name, chain = _dotted(node)
+                if root_name in libraries:
+                    found.add(f"{rel}: uses {ast.unparse(node)}")
+                elif not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) \
+                        and node.attr not in own and not (
+                        isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super") and (
+                        root_name is None or root_name not in sys.stdlib_module_names):
+                    found.add(f"{rel}: uses {ast.unparse(node)} (not a gpupipe name)")
+            elif isinstance(node, ast.ClassDef):
+                bases = [_resolve(libraries[name], chain) for name, chain in map(_dotted, node.bases)
+                         if name in libraries]
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and (_private(item.name) or item.name in OVERRIDABLE_DUNDERS):
+                        if any(base is not None and hasattr(base, item.name) for base in bases):
+                            found.add(f"{rel}: {node.name} overrides {item.name}")
+    return found
+
+
+def test_no_product_code_outside_compat_uses_unittest_or_a_library_private_name():
+    found = offences(ROOT)
+    assert found - set(WAITING) == set()
+    waiting = {o for o in WAITING if (ROOT / o.split(":")[0]).is_file()}
+    assert waiting <= found, f"fixed, take it off WAITING: {sorted(waiting - found)}"
+
+
+def test_the_check_finds_each_kind_of_private_use(tmp_path):
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "components").mkdir()
+    (tmp_path / "pipelines" / "bad.py").write_text(
+        "import unittest.mock\n"
+        "import tensorflow as tf\n"
+        "import tf_keras\n"
+        "from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key\n"
+        "from tensorflow.python.autograph.core import config\n"
+        "tf.foo = 1\n"
+        "tf.__internal__.tracking\n"
+        "def build(optimizer):\n"
+        "    optimizer._create_all_weights([])\n"
+        "class Adam(tf_keras.optimizers.legacy.Adam):\n"
+        "    def _resource_apply_dense(self, grad, var):\n"
+        "        return super()._resource_apply_dense(grad, var)\n"
+        "    def _own_helper(self):\n"
+        "        return self._own\n"
+        "    def __getattribute__(self, name):\n"
+        "        return object.__getattribute__(self, name)\n", encoding="utf-8")
+    b = "pipelines/bad.py: "
+    assert offences(tmp_path) == {
+        b + "imports unittest", b + "imports tf_keras.src.optimizers.legacy.optimizer_v2._var_key",
+        b + "imports tensorflow.python.autograph.core.config", b + "assigns tf.foo", b + "uses tf.__internal__",
+        b + "uses optimizer._create_all_weights (not a gpupipe name)", b + "Adam overrides _resource_apply_dense",
+        b + "Adam overrides __getattribute__"}

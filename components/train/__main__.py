@@ -5,7 +5,7 @@ import os
 import sys
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components.contracts.errors import GpupipeError
+from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.settings import Columns
 from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
@@ -27,9 +27,11 @@ def main(argv=None) -> int:
     if tf_config:  # a JobSet worker: gpupipe, not an operator, gives TF_CONFIG
         os.environ["TF_CONFIG"] = tf_config
     try:
-        run_train(examples_dir=args.examples, statistics_dir=args.statistics, model_dir=args.model_dir,
-                  columns=Columns.from_json(args.columns), settings=TrainSettings.from_json(args.settings),
-                  backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir)
+        # the workers' entry point (run_train_task is the task's): a GpupipeError is reported here, once
+        train = reports_errors("train")(run_train)
+        train(examples_dir=args.examples, statistics_dir=args.statistics, model_dir=args.model_dir,
+              columns=Columns.from_json(args.columns), settings=TrainSettings.from_json(args.settings),
+              backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir)
     except GpupipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -12,9 +12,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from components.train.accumulation import accumulate
-from components.train.logic import build_optimizer_slots, make_optimizer
-from components.train.runtime import graph_code_without_autograph
+from components.contracts.compat.tensorflow import graph_code_without_autograph
+from components.train.optimizers import accumulate, build_optimizer_slots, make_optimizer
 
 pytestmark = pytest.mark.unit
 graph_code_without_autograph()  # as train_model does: the first trace in 1 s, not 15

@@ -13,8 +13,7 @@ from components.contracts.examples import examples_pattern
 from components.contracts.features import specs_from_statistics
 from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
 from components.contracts.statistics import load_statistics
-from components.train.logic import choose_input_cache
-from components.train.model import make_dataset, parse_spec
+from components.train.data import choose_input_cache, make_dataset, parse_spec
 from conftest import CATEGORICAL, LABEL, NUMERIC, PENGUIN_COLUMNS, penguin_settings
 
 pytestmark = pytest.mark.unit

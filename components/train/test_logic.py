@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from components.contracts.features import load_feature_specs, specs_from_statistics
 from components.contracts.statistics import load_statistics
-from components.train.logic import cluster_workers, is_chief
+from components.train.runtime import cluster_workers, is_chief
 
 pytestmark = pytest.mark.unit
 
@@ -148,7 +148,7 @@ def test_optimizers_by_name():
     import tf_keras
 
     from components.contracts.errors import GpupipeError
-    from components.train.logic import make_optimizer
+    from components.train.optimizers import make_optimizer
 
     assert isinstance(make_optimizer("adagrad", 0.05), tf_keras.optimizers.legacy.Adagrad)
     assert isinstance(make_optimizer("adam", 1e-3), tf_keras.optimizers.legacy.Adam)
@@ -165,7 +165,8 @@ def test_adam_applies_embedding_gradients_densely_with_the_same_result_as_the_sp
     import tensorflow as tf
     import tf_keras
 
-    from components.train.runtime import Adam, graph_code_without_autograph
+    from components.contracts.compat.tensorflow import graph_code_without_autograph
+    from components.contracts.compat.tf_keras import Adam
 
     graph_code_without_autograph()  # as the trainer does
 
@@ -211,7 +212,7 @@ def test_early_stopping_ends_training_when_the_metric_stops_improving(tmp_path, 
     ("none", {5: 0.05, 10: 0.1, 500: 0.1}),
 ])
 def test_the_learning_rate_schedule_follows_its_formula(decay, expected):
-    from components.train.logic import learning_rate_schedule
+    from components.train.optimizers import learning_rate_schedule
     from components.train.settings import LearningRateSchedule
 
     schedule = learning_rate_schedule(0.1, LearningRateSchedule(warmup_steps=10, decay=decay, alpha=0.1,
@@ -254,3 +255,66 @@ def test_a_corrupt_checkpoint_fails_once_in_one_line_and_the_retry_trains_from_s
     assert not backup.exists()
     report = train()  # the retry
     assert report["resumed_from_step"] == 0 and report["optimizer_steps"] == 2 * report["steps_per_epoch"]
+
+
+def test_a_single_worker_error_is_reported_once(tmp_path, penguin_examples, monkeypatch):
+    """run_train_task (the task) calls run_train: the error file gets the one line once."""
+    from components.contracts.errors import ERROR_FILE_ENV, GpupipeError
+    from components.train.logic import run_train_task
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    errors = tmp_path / "errors.txt"
+    monkeypatch.setenv(ERROR_FILE_ENV, str(errors))
+    missing = str(tmp_path / "no-statistics")
+    with pytest.raises(GpupipeError, match="run validate first"):
+        run_train_task(examples=(penguin_examples, penguin_examples), statistics=(missing, missing),
+                       model=(str(tmp_path / "m"), str(tmp_path / "m")), log_dir="", summary_md="",
+                       columns=PENGUIN_COLUMNS, settings=penguin_settings())
+    lines = errors.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train: statistics: ") and "run validate first" in lines[0]
+
+
+def test_a_worker_entry_point_error_is_reported_once_and_exits_2(tmp_path, penguin_examples, monkeypatch, capsys):
+    from components.contracts.errors import ERROR_FILE_ENV
+    from components.train.__main__ import main
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    errors = tmp_path / "errors.txt"
+    monkeypatch.setenv(ERROR_FILE_ENV, str(errors))
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    code = main(["--examples", penguin_examples, "--statistics", str(tmp_path / "none"), "--model-dir",
+                 str(tmp_path / "m"), "--columns", PENGUIN_COLUMNS.model_dump_json(),
+                 "--settings", penguin_settings().model_dump_json()])
+    assert code == 2 and "run validate first" in capsys.readouterr().err
+    assert len(errors.read_text(encoding="utf-8").splitlines()) == 1
+
+
+def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(tmp_path, penguin_examples,
+                                                                           penguin_validation):
+    """train_model returns a TrainReport; run_train writes its to_dict() (the keys evaluate, the
+    run summary and the KFP metrics read, in the order they had)."""
+    from components.contracts import names
+    from components.train.logic import run_train
+    from components.train.report import TrainReport
+    from conftest import PENGUIN_COLUMNS, penguin_settings
+
+    report = run_train(examples_dir=penguin_examples, statistics_dir=penguin_validation["statistics"],
+                       model_dir=str(tmp_path / "m"), columns=PENGUIN_COLUMNS, settings=penguin_settings(epochs=1),
+                       report_dir=str(tmp_path / "r"))
+    written = json.loads((tmp_path / "r" / names.TRAIN_REPORT_FILE).read_text(encoding="utf-8"))
+    assert written == report
+    assert list(written) == [
+        "examples_per_second", "train_seconds", "epochs", "epochs_run", "early_stopping_monitor", "best_epoch",
+        "validation_percent", "validation_examples_estimate", "target_transform", "target_transform_why",
+        "log_target_smearing", "steps_per_epoch", "optimizer_steps", "train_function_traces", "resumed_from_step",
+        "preemptions", "resumes", "steps_lost", "interruptions", "first_epoch_seconds", "steady_epoch_seconds",
+        "step_seconds_p50", "step_seconds_p95", "compute_only_step_seconds_p50", "input_wait_fraction",
+        "train_examples", "replicas", "workers", "strategy", "global_batch_size", "gradient_accumulation_steps",
+        "effective_batch_size", "learning_rate", "optimizer", "precision_policy", "xla", "input_cache", "gpus",
+        "gpu_utilization_mean", "gpu_hours", "estimated_cost", "final_loss", "final_train_accuracy", "model",
+        "chief", "history"]
+    typed = TrainReport(**{**{k: v for k, v in written.items() if k != "final_train_accuracy"},
+                           "metric": "accuracy", "final_train_metric": written["final_train_accuracy"],
+                           "best_validation_metric": 0.5})
+    assert typed.to_dict()["best_validation_accuracy"] == 0.5 and typed["final_train_accuracy"] == typed.final_train_metric
+    assert "final_train_metric" not in typed and "metric" not in typed.to_dict()

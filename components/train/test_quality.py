@@ -26,7 +26,7 @@ def _rows(dataset):
 
 def test_the_validation_slice_is_train_rows_disjoint_from_the_rows_trained_on_and_from_eval(
         penguin_examples, penguin_validation):
-    from components.train.model import make_dataset
+    from components.train.data import make_dataset
     from conftest import PENGUIN_COLUMNS
 
     stats = load_statistics(penguin_validation["statistics"], names.TRAIN_SPLIT)
@@ -89,7 +89,7 @@ def _tiny_regression(bias: float):
 @pytest.mark.parametrize("target, smearing, expected", [("log", 1.0, 9.0), ("log", 1.1, 10.0),
                                                        ("standardize", 1.1, float(np.log1p(9.0)))])
 def test_both_signatures_return_the_label_units(tmp_path, target, smearing, expected):
-    from components.train.model import export_saved_model
+    from components.train.export import export_saved_model
 
     specs = FeatureSpecs(label="y", classes=[], numeric=[NumericFeature("x", 0.0, 1.0)], task="regression")
     export_saved_model(_tiny_regression(float(np.log1p(9.0))), specs, str(tmp_path / "m"), target, smearing)
@@ -105,7 +105,7 @@ def test_both_signatures_return_the_label_units(tmp_path, target, smearing, expe
 def test_the_transform_is_chosen_from_the_label_statistics():
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    from components.train.model import choose_target_transform
+    from components.train.target import choose_target_transform
 
     def stats(mean, median, std, low):
         f = statistics_pb2.FeatureNameStatistics()

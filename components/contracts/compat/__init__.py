@@ -1,21 +1,29 @@
 """Where gpupipe reaches into a pinned library beyond its public API: every such workaround
 lives in this package, says the version it was read and measured on (MEASURED_ON), and is
-applied only where it is needed, for as long as it is needed (context managers, never
-at import). tests/test_compat.py fails when an installed version differs from MEASURED_ON
-and checks that each workaround's hook still exists, so a moved pin is read again before it
-ships.
+applied only where it is needed, for as long as it is needed (context managers, or a
+subclass a step chooses to use; never at import). tests/test_compat.py fails when an
+installed version differs from MEASURED_ON and checks that each workaround's hook still
+exists, so a moved pin is read again before it ships; it also fails when a private name of a
+library (`tf_keras.src`, `tensorflow.python`, `x._name`, an override of a private method)
+appears outside this package.
 
 - `compat.kfp` (importable from here): `kfp_setters_without_source` (kfp's resource setters
   name their caller through `inspect.stack()`, seconds per compile in a process that imported
   TensorFlow), `kfp_local_task_handler` / `kfp_local_subprocess_handler` (kfp.local's
   SubprocessRunner's task handler, looked up when each task starts);
+- `compat.tensorflow`: `graph_code_without_autograph` (autograph's conversion rules);
+- `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
+  dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,
+  `BackupAndRestore` with a public `backup_now` and an `after_backup` hook, and
+  `saved_model_without_traces` (tf_keras' private saving option scope);
+- `compat.beam`: Beam's TFRecord sink class, for ingest's gzip-level sink;
+- `compat.keras_tuner`: an Oracle's state directory, without a Tuner;
 - here: `patched_attribute`, `patched_environ`: set a module attribute or environment
   variables for the duration of a block and put them back (what the warm task start needs of
   sys and os.environ), without unittest in product code.
 
-The training step's own workarounds (TensorFlow's autograph conversion rules, tf_keras's
-private optimizer and saving names) are still in components/train/runtime.py,
-accumulation.py and model.py, measured on the same pins below.
+The library modules (TensorFlow, tf_keras, Beam, Keras Tuner) are imported only by the code that uses them
+(`from components.contracts.compat.tf_keras import ...`): importing this package loads none.
 """
 from __future__ import annotations
 
@@ -27,7 +35,8 @@ from components.contracts.compat.kfp import (kfp_local_subprocess_handler, kfp_l
                                              kfp_setters_without_source)
 
 # The versions each workaround here was read and measured on (requirements.lock).
-MEASURED_ON = {"kfp": "2.13.0", "tensorflow": "2.16.2", "tf-keras": "2.16.0"}
+MEASURED_ON = {"kfp": "2.13.0", "tensorflow": "2.16.2", "tf-keras": "2.16.0", "apache-beam": "2.61.0",
+               "keras-tuner": "1.4.7"}
 
 
 @contextlib.contextmanager

@@ -1,36 +1,66 @@
-"""Gradient accumulation (`training.gradient_accumulation_steps: k`): the optimizer applies
-the mean of k consecutive micro-batch gradients once every k training steps, an effective
-batch of k x the global batch on a GPU that holds one micro-batch.
-
-tf_keras 2.16 has no such option. `GradientAccumulation` wraps the compiled optimizer (the
-LossScaleOptimizer too, under mixed_float16: the loss scale then checks and adapts per
-applied update) the way tf_keras' own LossScaleOptimizer wraps one:
-
-- each replica adds its micro-batch gradient to its own accumulators (sync-on-read
-  variables: one copy per replica, summed when read across replicas or checkpointed);
-- a micro-step counter decides, in the graph (tf.cond), whether this step applies; the
-  cond sits in the cross-replica context (a merge_call) where the strategy needs one, as in
-  LossScaleOptimizer, so the wrapped optimizer's all-reduce and update run only on
-  applying steps (one all-reduce per k steps); where the strategy runs without merge_call
-  (no strategy, or XLA on GPUs) the gradients are all-reduced every step and the update
-  alone waits for the k-th;
-- the wrapped optimizer's `iterations` (what learning-rate schedules, checkpoints' "step"
-  and the report count) advance once per applied update;
-- the accumulators and the counter are tracked with the optimizer, so BackupAndRestore
-  checkpoints them and a resume can start at any step, also mid-window. The wrapper has the
-  wrapped optimizer's checkpoint format plus them (it delegates its tracking, as
-  LossScaleOptimizer does), so a SavedModel holding the model's optimizer loads as before.
-
-An embedding's sparse gradient is added into its accumulator row by row (the rows the batch
-touched), but the mean applied every k steps is dense: adagrad/ftrl then update every row
-once per k steps, where without accumulation they update only the touched rows each step;
-Adam, whose update touches every row anyway, runs it k times less often
-(bench/accumulation.py, docs/benchmarks.md)."""
+"""tf_keras 2.16.0's private names (components/contracts/compat/__init__.py, MEASURED_ON),
+on TensorFlow 2.16.2: the optimizers gpupipe trains with that override private OptimizerV2
+methods, the slot creation tf_keras' legacy optimizers keep private, BackupAndRestore's
+private save, and the saving option scope that leaves out per-layer traces. Imported by the
+train step only (it loads TensorFlow)."""
 from __future__ import annotations
 
 import tensorflow as tf
 import tf_keras
 from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
+from tf_keras.src.saving.legacy.saved_model.utils import keras_option_scope
+
+
+@tf_keras.saving.register_keras_serializable(package="gpupipe")
+class Adam(tf_keras.optimizers.legacy.Adam):
+    """tf_keras' Adam with one change: an embedding's gradient (IndexedSlices, the rows a
+    batch looked up) is applied through the same fused dense kernel as any other gradient
+    (overriding OptimizerV2's private `_resource_apply_sparse_duplicate_indices`, which
+    calls `_resource_apply_dense`).
+
+    The library's sparse path updates the moments of every row of the table anyway (it
+    decays m and v over the whole table, then adds the batch's rows), so the result is the
+    same update; it builds about 20 ops per embedding table to do it, the dense kernel one.
+    On the click-through model (26 embedding tables) the train step has 1,274 ops instead of
+    1,794 to trace and optimise before its first run (docs/benchmarks.md)."""
+
+    def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
+        rows = tf.shape(handle, out_type=indices.dtype)[0]
+        return self._resource_apply_dense(tf.math.unsorted_segment_sum(grad, indices, rows), handle, **kwargs)
+
+
+def create_optimizer_slots(optimizer, variables) -> None:
+    """A legacy optimizer's slot variables now, not in the first step: a tf.function that
+    creates variables on its first call is traced twice. (tf_keras' own route, the private
+    OptimizerV2._create_all_weights that `Model.load_weights` takes.)"""
+    optimizer._create_all_weights(variables)
+
+
+class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
+    """tf_keras' BackupAndRestore with its private save made public: `backup_now(epoch,
+    batch)` saves a checkpoint at once (a SIGTERM's), and `after_backup()`, which a subclass
+    overrides, runs after every checkpoint it writes (its own every `save_freq` steps and
+    backup_now's). Both go through `_backup(epoch, batch)`, which on_train_batch_end and
+    on_epoch_end call in tf_keras 2.16."""
+
+    def backup_now(self, epoch: int, batch: int = 0) -> None:
+        self._backup(epoch=epoch, batch=batch)
+
+    def after_backup(self) -> None:
+        """Called after each checkpoint is written."""
+
+    def _backup(self, epoch, batch=0):
+        super()._backup(epoch=epoch, batch=batch)
+        self.after_backup()
+
+
+def saved_model_without_traces():
+    """For tf.saved_model.save of a tf.Module holding a tf_keras model: tf_keras' own option
+    scope with `save_traces=False` (tf_keras.src.saving.legacy.saved_model.utils), so the
+    SavedModel has the module's signatures but not tf_keras' per-layer call traces, which
+    only reloading it as Keras needs. On the ctr model the export took 6.5 s with them and
+    3.1 s without."""
+    return keras_option_scope(save_traces=False, in_tf_saved_model_scope=True)
 
 
 class _Unwrapped:
@@ -45,8 +75,35 @@ class _Unwrapped:
 class GradientAccumulation(tf.__internal__.tracking.DelegatingTrackableMixin, tf_keras.optimizers.legacy.Optimizer):
     """Applies the mean gradient of `steps` consecutive calls of apply_gradients once, through
     `inner` (one of tf_keras' `optimizers.legacy` classes, which gpupipe trains with, or a
-    LossScaleOptimizer around one). Built as tf_keras' own LossScaleOptimizer is: the
-    OptimizerV2 interface, delegating to the wrapped optimizer."""
+    LossScaleOptimizer around one). Built as tf_keras' own LossScaleOptimizer is
+    (tf_keras/src/mixed_precision/loss_scale_optimizer.py): the OptimizerV2 interface,
+    delegating to the wrapped optimizer, which takes overriding OptimizerV2's private
+    methods (`_create_all_weights`, `_compute_gradients`, `_aggregate_gradients`, the slot
+    restore pair), reading its `_hyper`, and `__getattribute__`.
+
+    components/train/optimizers.py says what gradient accumulation is for. In the graph:
+
+    - each replica adds its micro-batch gradient to its own accumulators (sync-on-read
+      variables: one copy per replica, summed when read across replicas or checkpointed);
+    - a micro-step counter decides, in the graph (tf.cond), whether this step applies; the
+      cond sits in the cross-replica context (a merge_call) where the strategy needs one, as in
+      LossScaleOptimizer, so the wrapped optimizer's all-reduce and update run only on
+      applying steps (one all-reduce per k steps); where the strategy runs without merge_call
+      (no strategy, or XLA on GPUs) the gradients are all-reduced every step and the update
+      alone waits for the k-th;
+    - the wrapped optimizer's `iterations` (what learning-rate schedules, checkpoints' "step"
+      and the report count) advance once per applied update;
+    - the accumulators and the counter are tracked with the optimizer, so BackupAndRestore
+      checkpoints them and a resume can start at any step, also mid-window. The wrapper has the
+      wrapped optimizer's checkpoint format plus them (it delegates its tracking, as
+      LossScaleOptimizer does), so a SavedModel holding the model's optimizer loads as before.
+
+    An embedding's sparse gradient is added into its accumulator row by row (the rows the batch
+    touched), but the mean applied every k steps is dense: adagrad/ftrl then update every row
+    once per k steps, where without accumulation they update only the touched rows each step;
+    Adam, whose update touches every row anyway, runs it k times less often
+    (bench/accumulation.py, docs/benchmarks.md).
+    """
 
     _HAS_AGGREGATE_GRAD = True
 
@@ -126,7 +183,7 @@ class GradientAccumulation(tf.__internal__.tracking.DelegatingTrackableMixin, tf
 
     def _create_all_weights(self, var_list):
         """The wrapped optimizer's slots, then the counter and one accumulator per variable
-        (components.train.logic.build_optimizer_slots calls this before the first step)."""
+        (create_optimizer_slots, before the first step)."""
         self._optimizer._create_all_weights(var_list)
         if self._state is not None:
             return
@@ -218,17 +275,3 @@ class GradientAccumulation(tf.__internal__.tracking.DelegatingTrackableMixin, tf
         inner = tf_keras.optimizers.deserialize(config["inner_optimizer"], custom_objects=custom_objects,
                                                 use_legacy_optimizer=True)
         return cls(inner, config["steps"])
-
-
-def accumulate(model, steps: int):
-    """Wraps the compiled model's optimizer (steps > 1), before the train function is made."""
-    if steps > 1:
-        model.optimizer = GradientAccumulation(model.optimizer, steps)
-    return model
-
-
-def batches_done(optimizer) -> int:
-    """Training steps (batches) run so far: the micro-step counter with accumulation, else
-    the optimizer's iterations."""
-    counter = optimizer.micro_steps if isinstance(optimizer, GradientAccumulation) else optimizer.iterations
-    return int(counter.numpy())

@@ -1,0 +1,203 @@
+"""The input: gzip TFRecord shards -> (features, target) batches through tf.data, and where
+the parsed train batches live after the first epoch (memory, local disk, or read again)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Dict
+
+import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+from components.contracts import names
+from components.contracts.errors import GpupipeError
+from components.contracts.features import FeatureSpecs, feature_statistics
+from components.train.target import LOG, STANDARDIZE
+
+
+def parse_spec(specs: FeatureSpecs, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
+    """tf.Example parse spec: a missing numeric value parses as NaN, a missing string as ''."""
+    spec = {f.name: tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]) for f in specs.numeric}
+    spec.update({f.name: tf.io.FixedLenFeature([1], tf.string, default_value=[""]) for f in specs.categorical})
+    if with_label:
+        dtype = tf.float32 if specs.task == "regression" else tf.string
+        spec[specs.label] = tf.io.FixedLenFeature([1], dtype)
+    return spec
+
+
+def label_transform(specs: FeatureSpecs, target: str = STANDARDIZE):
+    """Raw label tensor [batch, 1] -> training target: class index, or the float value
+    (log(1 + y) when the target transform is log)."""
+    if specs.task == "regression":
+        if target == LOG:
+            return lambda raw: tf.math.log1p(tf.maximum(tf.squeeze(raw, axis=-1), 0.0))
+        return lambda raw: tf.squeeze(raw, axis=-1)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(specs.classes), tf.range(len(specs.classes), dtype=tf.int64)),
+        default_value=-1)
+    return lambda raw: table.lookup(tf.squeeze(raw, axis=-1))
+
+
+def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
+                 repeat: bool = False, cache: str = names.CACHE_NONE, cache_dir: str = "",
+                 shuffle_buffer: int = 10_000, validation_percent: int = 0, part: str = "all",
+                 target: str = STANDARDIZE) -> tf.data.Dataset:
+    """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
+    shuffle, batch then one vectorised parse per batch, prefetch.
+
+    `cache`: "none" reads and parses the shards every epoch; "memory" keeps the parsed
+    batches of the first epoch in memory; "disk" writes them to a file under `cache_dir`
+    (local scratch) during the first epoch and reads them back in later epochs, which
+    skips decompression and parsing (the costly part on the CPU: about 10 of 16
+    core-microseconds per example here). Cached batches are replayed in a new order
+    every epoch; the examples inside a batch stay together.
+
+    Reads and parses run on every core the process may use (`input_parallelism`), set
+    rather than left to tf.data's autotuner: its model thread, once training has run
+    for a while, sleeps for up to its optimisation period (tens of seconds), and an
+    iterator read inside `fit`'s train function waits for it when it is destroyed,
+    which is the end of `fit`. On the click-through example that was 8-17 s of a 50 s
+    train task doing nothing; with the autotuner off the teardown takes 0.3 s and the
+    input delivers the same examples/s (docs/benchmarks.md, "Fourth round").
+
+    `part`: "all" the examples, or with `validation_percent` > 0 the "train" rows or the
+    "validation" slice of them (`in_validation_slice`: a hash of the serialized example,
+    so the same rows every epoch and on every worker, the two parts disjoint)."""
+    if part not in ("all", "train", "validation"):
+        raise GpupipeError(f"input part: '{part}' is not all, train or validation")
+    if cache not in names.INPUT_CACHES:
+        raise GpupipeError(f"input cache: '{cache}' is not one of {', '.join(names.INPUT_CACHES)}")
+    if cache == names.CACHE_DISK and not cache_dir:
+        raise GpupipeError("input cache: 'disk' needs a local scratch directory; set training.scratch_dir")
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise GpupipeError(f"examples: no files match {file_pattern}; run ingest first")
+    spec = parse_spec(specs, with_label=True)
+    to_target = label_transform(specs, target)
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        return parsed, to_target(parsed.pop(specs.label))
+
+    parallel, cycle = input_parallelism(), min(len(files), 8)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed)
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+                       cycle_length=cycle, num_parallel_calls=min(cycle, parallel),
+                       deterministic=not shuffle)
+    if part != "all" and validation_percent > 0:
+        held = part == "validation"
+        ds = ds.filter(lambda record: tf.equal(in_validation_slice(record, validation_percent), held))
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=seed)
+    if cache == names.CACHE_NONE:
+        if repeat:
+            ds = ds.repeat()
+        ds = ds.batch(batch_size).map(parse, num_parallel_calls=parallel)
+    else:
+        # The first pass parses and caches; later passes replay the parsed batches from
+        # the cache in a new order.
+        cached = ds.batch(batch_size).map(parse, num_parallel_calls=parallel).cache(
+            os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
+        # batches held for reordering: fewer when memory is short (disk)
+        replay = cached.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed) if shuffle else cached
+        if not repeat:
+            ds = replay
+        elif shuffle:
+            # The first pass streams its batches as they are parsed (already in a shuffled
+            # order: the example buffer above), so training starts on the first batch, not
+            # after the whole split is parsed into the batch buffer; the later passes are
+            # the reordered replay. Both read the one cache.
+            ds = cached.concatenate(replay.repeat())
+        else:
+            ds = cached.repeat()
+    options = tf.data.Options()
+    # Few shards: shard by record, not by file, across multi-worker replicas.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.autotune.enabled = False  # the parallelism above is set (see the docstring)
+    # The prefetch buffer still grows while the model waits for input (tf.data's prefetch
+    # autotuner, which is not the model thread's).
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def in_validation_slice(serialized, percent: int):
+    """Whether serialized examples fall in the validation slice of the train split: their
+    bytes' hash in the first `percent` of 100 buckets (the same rows every run and epoch)."""
+    return tf.strings.to_hash_bucket_fast(serialized, 100) < percent
+
+
+def input_parallelism() -> int:
+    """The cores this process may run on (its CPU affinity: a pod's cpuset, a taskset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_naive_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int) -> tf.data.Dataset:
+    """The input pipeline people write first: one file after another, per-example parse,
+    no parallelism, no prefetch. Only for the benchmark's comparison."""
+    spec = parse_spec(specs, with_label=True)
+    to_target = label_transform(specs)
+
+    def parse_one(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        return parsed, parsed.pop(specs.label)
+
+    ds = tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(file_pattern)), compression_type="GZIP").map(parse_one)
+    return ds.batch(batch_size).map(lambda f, y: (f, to_target(y)))
+
+
+def parsed_bytes_per_row(specs: FeatureSpecs, train_stats=None) -> int:
+    """A generous estimate of one parsed example, in memory or in the disk cache (for the
+    cache decision): 4 bytes a number; a string's object plus its average length from the
+    statistics (16 when unknown)."""
+    def string_bytes(name: str) -> int:
+        avg = feature_statistics(train_stats, name).string_stats.avg_length if train_stats is not None else 0
+        return 32 + int(avg or 16)
+
+    return 4 * len(specs.numeric) + sum(string_bytes(f.name) for f in specs.categorical) + 16
+
+
+INPUT_DESCRIPTIONS = {
+    names.CACHE_MEMORY: "parsed batches cached in memory in the first epoch",
+    names.CACHE_DISK: "parsed batches written to local scratch in the first epoch and read from there in later epochs",
+    names.CACHE_NONE: "shards read and parsed every epoch (the split is over both cache budgets)",
+}
+
+
+def scratch_directory(setting: str) -> str:
+    """Local scratch for the disk input cache: the setting, else $GPUPIPE_SCRATCH_DIR, else
+    the system temp directory."""
+    return setting or os.environ.get(names.SCRATCH_ENV) or tempfile.gettempdir()
+
+
+def choose_input_cache(estimated_bytes: int, memory_budget_mb: int, disk_budget_mb: int, scratch_dir: str) -> str:
+    """Where the parsed train batches live after the first epoch: "memory" when they fit the
+    memory budget; else "disk" when they fit the disk budget and half the scratch
+    directory's free space; else "none" (every epoch reads and parses the shards)."""
+    if memory_budget_mb > 0 and estimated_bytes <= memory_budget_mb * 2 ** 20:
+        return names.CACHE_MEMORY
+    if disk_budget_mb > 0 and estimated_bytes <= disk_budget_mb * 2 ** 20:
+        try:
+            free = shutil.disk_usage(scratch_dir).free
+        except OSError:
+            free = 0
+        if estimated_bytes <= free // 2:
+            return names.CACHE_DISK
+    return names.CACHE_NONE
+
+
+@contextlib.contextmanager
+def input_cache_directory(cache: str, scratch_dir: str):
+    """A fresh directory under scratch for the disk cache ("" for the other modes), removed
+    afterwards, also after a preemption. Each process (worker) gets its own."""
+    path = tempfile.mkdtemp(prefix="gpupipe-input-cache-", dir=scratch_dir) if cache == names.CACHE_DISK else ""
+    try:
+        yield path
+    finally:
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
