@@ -162,8 +162,6 @@ WAITING = {
     "components/ingest/beam.py: uses tfrecordio._TFRecordSink": "compat.beam.TFRecordSink",
     # a compat.gcs for it needs tests/test_architecture.py to let compat import google.cloud.storage
     "components/contracts/storage/gcs.py: imports google.cloud.storage.retry._should_retry": "compat.gcs",
-    "components/train/tune.py: uses oracle._set_project_dir (not a gpupipe name)":
-        "compat.keras_tuner.set_oracle_project_dir",
 }
 
 
