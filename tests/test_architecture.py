@@ -53,6 +53,7 @@ def violations(root: Path) -> list:
 SCHEMES = ("gs://", "s3://", "minio://")
 STORAGE_SDKS = ("google.cloud.storage", "boto3", "botocore")
 STORAGE_LAYER = ("contracts", "storage")
+COMPAT_GCS = ("contracts", "compat", "gcs.py")
 
 
 def _is_scheme(node) -> bool:
@@ -72,7 +73,8 @@ def scheme_branches(root: Path) -> list:
             continue
         where = str(path.relative_to(root))
         for line, module in imported_modules(path):
-            if module.startswith(STORAGE_SDKS):
+            # compat.gcs holds the storage layer's one private name of the SDK (compat's rule)
+            if module.startswith(STORAGE_SDKS) and parts != COMPAT_GCS:
                 found.append(f"{where}:{line} imports {module} (only components/contracts/storage talks to a store)")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             tested = []

@@ -26,10 +26,10 @@ import uuid
 from typing import List, Optional, Sequence
 
 from apache_beam import coders
-from apache_beam.io import tfrecordio
 from apache_beam.io.filesystem import CompressionTypes
 
 from components.contracts import names
+from components.contracts.compat.beam import TFRecordSink
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
@@ -151,7 +151,7 @@ class _GzipWriter:
         self._raw.close()
 
 
-class GzipTFRecordSink(tfrecordio._TFRecordSink):  # pylint: disable=protected-access
+class GzipTFRecordSink(TFRecordSink):
     """Beam's TFRecord sink with its shards gzipped at ingest's level (Beam's own gzip has
     no level and uses zlib's default, 6: slower, and ingest is gzip-bound), named
     `<prefix>-NNNNN.tfrecord.gz` like the in-process path's."""

@@ -17,6 +17,7 @@ appears outside this package.
   `BackupAndRestore` with a public `backup_now` and an `after_backup` hook, and
   `saved_model_without_traces` (tf_keras' private saving option scope);
 - `compat.beam`: Beam's TFRecord sink class, for ingest's gzip-level sink;
+- `compat.gcs`: google-cloud-storage's retry predicate, for the storage layer's counted retries;
 - `compat.keras_tuner`: an Oracle's state directory, without a Tuner;
 - here: `patched_attribute`, `patched_environ`: set a module attribute or environment
   variables for the duration of a block and put them back (what the warm task start needs of
@@ -36,7 +37,7 @@ from components.contracts.compat.kfp import (kfp_local_subprocess_handler, kfp_l
 
 # The versions each workaround here was read and measured on (requirements.lock).
 MEASURED_ON = {"kfp": "2.13.0", "tensorflow": "2.16.2", "tf-keras": "2.16.0", "apache-beam": "2.61.0",
-               "keras-tuner": "1.4.7"}
+               "keras-tuner": "1.4.7", "google-cloud-storage": "2.19.0"}
 
 
 @contextlib.contextmanager

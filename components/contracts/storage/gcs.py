@@ -55,13 +55,13 @@ def _blob(uri: str):
 def _retry(uri: str):
     """A Retry for one operation on `uri` (the library's predicate, our bounds and count)."""
     from google.api_core.retry import Retry
-    from google.cloud.storage.retry import _should_retry
+    from components.contracts.compat.gcs import should_retry
 
     p = retry.policy()
     tries = [1]
 
     def transient(err) -> bool:
-        if not _should_retry(err) or tries[0] >= p.attempts:
+        if not should_retry(err) or tries[0] >= p.attempts:
             return False
         tries[0] += 1
         retry.note_retry("gs", uri, _fault(err), tries[0], p.attempts)
