@@ -32,8 +32,9 @@ def run_variant(examples: str, specs, train_rows: int, batch: int, k: int, epoch
 
     from components.contracts.names import CACHE_MEMORY
     from components.train.logic import compile_model
-    from components.train.model import make_dataset
-    from components.train.runtime import choose_strategy, graph_code_without_autograph
+    from components.contracts.compat.tensorflow import graph_code_without_autograph
+    from components.train.data import make_dataset
+    from components.train.runtime import choose_strategy
     from components.train.settings import TrainSettings
 
     tf_keras.utils.set_random_seed(seed)

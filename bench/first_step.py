@@ -3,7 +3,7 @@ and what the end of `fit` pays, on a config's model and the synthetic click-thro
 
 In one process, on the train split of `synthetic:ctr?rows=--rows`, with the config's
 training settings (configs/ctr.yaml: the cross model over 13 numeric and 26 categorical
-features) and the trainer's own input (components.train.model.make_dataset) and model
+features) and the trainer's own input (components.train.data.make_dataset) and model
 (components.train.logic.compile_model):
 
   ops           operations in the traced train step (what is traced and optimised)
@@ -47,8 +47,9 @@ def main() -> None:
     from components.contracts.names import CACHE_MEMORY, TRAIN_SPLIT
     from components.contracts.statistics import load_statistics
     from components.train.logic import compile_model
-    from components.train.model import make_dataset
-    from components.train.runtime import choose_strategy, graph_code_without_autograph
+    from components.contracts.compat.tensorflow import graph_code_without_autograph
+    from components.train.data import make_dataset
+    from components.train.runtime import choose_strategy
     from pipelines.config import load_config
 
     config = load_config(args.config)

@@ -8,7 +8,7 @@ click-through table (13 numeric + 26 categorical columns, label).
               local scratch; later epochs stream them back from disk
   streaming   the trainer's input over both budgets: every epoch streams the shards
               (parallel interleaved gzip TFRecord reads, shuffle, batch, one vectorised
-              parse per batch, prefetch; components.train.model.make_dataset)
+              parse per batch, prefetch; components.train.data.make_dataset)
   naive       per-example parse, sequential reads, no prefetch
 and, without training, how fast the streaming and disk-cache inputs alone deliver batches
 and at what CPU cost (their capacity when the model runs elsewhere, as on a GPU), and the
@@ -75,7 +75,7 @@ def input_alone(examples: str, specs, batch: int, seed: int, train_rows: int, ca
     """The input with nothing training: examples/s, and CPU core-microseconds per example
     (process CPU time over examples), over two epochs after an untimed first epoch (which
     fills the disk cache); with the disk cache, also its size."""
-    from components.train.model import make_dataset
+    from components.train.data import make_dataset
 
     pattern = os.path.join(examples, "train", "part-*.tfrecord.gz")
     cache_dir = tempfile.mkdtemp(prefix="disk-cache-", dir=os.path.dirname(examples))
@@ -102,7 +102,7 @@ def input_parts(examples: str, specs, batch: int) -> dict:
     import tensorflow as tf
 
     from components.contracts.examples import split_files
-    from components.train.model import parse_spec
+    from components.train.data import parse_spec
 
     files = split_files(examples, "train")
     cpu, n = time.process_time(), 0
@@ -125,9 +125,11 @@ def run_variant(name: str, examples: str, specs, train_rows: int, batch: int, ep
     import tf_keras
 
     from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
-    from components.train.logic import make_optimizer
-    from components.train.model import build_model, make_dataset, make_naive_dataset
-    from components.train.runtime import choose_strategy, graph_code_without_autograph
+    from components.contracts.compat.tensorflow import graph_code_without_autograph
+    from components.train.data import make_dataset, make_naive_dataset
+    from components.train.model import build_model
+    from components.train.optimizers import make_optimizer
+    from components.train.runtime import choose_strategy
     from components.train.settings import TrainSettings
 
     tf_keras.utils.set_random_seed(seed)

@@ -160,7 +160,7 @@ def quiet_kfp_local():
 
 def tasks_in_pods(handler):
     """For the run, kfp.local's SubprocessRunner runs its tasks through the pod handler
-    (components/contracts/compat.py)."""
+    (components/contracts/compat/kfp.py)."""
     from components.contracts.compat import kfp_local_task_handler
 
     return kfp_local_task_handler(handler)

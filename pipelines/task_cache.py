@@ -139,7 +139,7 @@ class TaskCache:
 @contextlib.contextmanager
 def caching_tasks(cache: Optional[TaskCache]):
     """For a kfp.local run: its tasks go through the cache, a subclass of kfp.local's handler
-    that restores or stores around the same run() (components/contracts/compat.py)."""
+    that restores or stores around the same run() (components/contracts/compat/kfp.py)."""
     if cache is None:
         yield
         return
