@@ -125,3 +125,20 @@ def test_the_check_fails_on_a_deliberate_violation(tmp_path, home, line, rule):
     target.write_text(line + "\n", encoding="utf-8")
     found = violations(tmp_path)
     assert len(found) == 1 and found[0].startswith(f"components/{home}:") and rule in found[0]
+
+
+PRODUCT_FILE_LINES = 400
+
+
+def test_no_product_file_is_over_400_lines():
+    """A module over 400 lines holds more than one concern (issue #28): split it by concern,
+    as components/train (optimizers, resilience, telemetry, ...) and pipelines/cli (one module
+    per command group) are."""
+    long = {}
+    for path in sorted([*(ROOT / "components").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]):
+        if path.name.startswith("test_") or "compiled" in path.parts:
+            continue
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > PRODUCT_FILE_LINES:
+            long[str(path.relative_to(ROOT))] = lines
+    assert not long, f"over {PRODUCT_FILE_LINES} lines, split by concern: {long}"
