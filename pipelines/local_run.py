@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from components.contracts import names
+from components.contracts.compat.kfp import kfp_local_task_event, without_colours
 from components.contracts.errors import ERROR_FILE_ENV, GpupipeError
 from components.contracts.storage import is_remote
 from components.sources.readers import check_columns
@@ -26,9 +27,6 @@ from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, ru
 from pipelines.reports import REPORT_OUTPUT
 from pipelines.task_cache import HIT, TaskCache, caching_tasks, saved_seconds
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_START = re.compile(r"Executing task '?([\w-]+)'?")
-_END = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
 STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names in the summary
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/telemetry.py: Progress)
@@ -142,7 +140,7 @@ class _ProgressTee(io.TextIOBase):
         self._buffer += text
         while "\n" in self._buffer:
             line, self._buffer = self._buffer.split("\n", 1)
-            self._observe(_ANSI.sub("", line))
+            self._observe(without_colours(line))
         return len(text)
 
     def flush(self) -> None:
@@ -173,8 +171,9 @@ class _ProgressTee(io.TextIOBase):
             print(text, file=self._console, flush=True)
 
     def _observe(self, line: str) -> None:
-        if m := _START.search(line):
-            name = m.group(1)
+        event = kfp_local_task_event(line)
+        if event and event[1] is None:
+            name = event[0]
             self._started[name] = time.monotonic()
             self._running = name
             if name in self._steps:
@@ -182,8 +181,8 @@ class _ProgressTee(io.TextIOBase):
             self._say(f"  {name:<{STEP_COLUMN}} running ...")
         elif HIT in line:
             self.saved.update(saved_seconds(line))
-        elif m := _END.search(line):
-            name, status = m.group(1), m.group(2)
+        elif event:
+            name, status = event
             self._running = None
             if name in self.saved and status == "SUCCESS":
                 status = CACHED

@@ -316,3 +316,25 @@ def test_the_check_finds_each_kind_of_private_use(tmp_path):
         b + "imports tensorflow.python.autograph.core.config", b + "assigns tf.foo", b + "uses tf.__internal__",
         b + "uses optimizer._create_all_weights (not a gpupipe name)", b + "Adam overrides _resource_apply_dense",
         b + "Adam overrides __getattribute__"}
+
+
+def test_kfp_local_still_announces_each_task_in_the_lines_the_summary_reads(tmp_path, capfd):
+    """gpupipe run's live summary follows kfp.local's log lines (compat.kfp_local_task_event);
+    a kfp whose lines read otherwise fails here, not as a summary with no steps."""
+    from kfp import dsl, local
+
+    from components.contracts.compat.kfp import kfp_local_task_event
+
+    @dsl.component(base_image="python:3.11", install_kfp_package=False)
+    def hello(word: str) -> str:
+        return word
+
+    @dsl.pipeline(name="hello")
+    def pipeline(word: str = "hi"):
+        hello(word=word).set_caching_options(False)
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
+    pipeline()
+    out, err = capfd.readouterr()
+    events = [e for e in map(kfp_local_task_event, (out + err).splitlines()) if e]
+    assert events == [("hello", None), ("hello", "SUCCESS")], (out + err)[-2000:]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+from typing import Optional, Tuple
 
 
 class _CallerNamesWithoutSource:
@@ -45,3 +47,27 @@ def kfp_local_subprocess_handler() -> type:
     from kfp.local import subprocess_task_handler
 
     return subprocess_task_handler.SubprocessTaskHandler
+
+
+# kfp.local reports each task on its log (kfp 2.13's kfp/local/task_dispatcher.py and
+# pipeline_orchestrator.py, through logging_utils' colours): "Executing task 'train'" when it
+# starts and "Task 'train' finished with status SUCCESS" when it ends. It has no other hook for
+# a task's start and end, so `gpupipe run`'s live summary reads these lines.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TASK_STARTED = re.compile(r"Executing task '?([\w-]+)'?")
+_TASK_FINISHED = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
+
+
+def kfp_local_task_event(line: str) -> Optional[Tuple[str, Optional[str]]]:
+    """(task, None) for kfp.local's line saying a task starts, (task, status) for the one saying
+    it finished; None for any other line (colours are ignored)."""
+    line = _ANSI.sub("", line)
+    if m := _TASK_STARTED.search(line):
+        return m.group(1), None
+    if m := _TASK_FINISHED.search(line):
+        return m.group(1), m.group(2)
+    return None
+
+
+def without_colours(line: str) -> str:
+    return _ANSI.sub("", line)
