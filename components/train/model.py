@@ -136,9 +136,11 @@ def output_layer(specs: FeatureSpecs, x):
                                  name=names.PROBABILITIES)(x)
 
 
-def _dense_tower(x, hidden_units: List[int]):
+def _dense_tower(x, hidden_units: List[int], dropout: float = 0.0):
     for i, units in enumerate(hidden_units):
         x = tf_keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
+        if dropout:
+            x = tf_keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
     return x
 
 
@@ -152,13 +154,13 @@ class FeatureParts:
     (`numeric`: a list of one [batch, numeric features] tensor, or empty), and the dense
     vector (numerics and embeddings) through the tower."""
 
-    def __init__(self, specs: FeatureSpecs, hidden_units: List[int], embedding_dim: int):
+    def __init__(self, specs: FeatureSpecs, hidden_units: List[int], embedding_dim: int, dropout: float = 0.0):
         self.specs = specs
         self.inputs = model_inputs(specs)
         self.ids = categorical_ids(specs, self.inputs)
         self.numeric = encode_numeric(specs, self.inputs)
         self.dense = _concat(self.numeric + embed_categorical(specs, self.ids, embedding_dim), "features")
-        self.deep = _dense_tower(self.dense, hidden_units)
+        self.deep = _dense_tower(self.dense, hidden_units, dropout)
 
 
 # Model families by name (training.model): each takes the shared parts and the settings and
@@ -206,7 +208,7 @@ def build_model(specs: FeatureSpecs, settings: TrainSettings) -> tf_keras.Model:
     if top is None:
         raise GpupipeError(f"training.model: '{settings.model}' is not a model family; use one of "
                            f"{', '.join(FAMILIES)} or training.custom_model")
-    parts = FeatureParts(specs, list(settings.hidden_units), settings.embedding_dim)
+    parts = FeatureParts(specs, list(settings.hidden_units), settings.embedding_dim, settings.dropout)
     return tf_keras.Model(inputs=parts.inputs, outputs=output_layer(specs, top(parts, settings)),
                           name=settings.model)
 

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from components.contracts.pods import Toleration, check_labels
 from components.contracts.settings import Strict
+from components.train.tune_settings import TuneSettings
 
 
 SPOT_CHECKPOINT_STEPS = 50
@@ -111,6 +112,7 @@ class TrainSettings(Strict):
         None, description="module:function building your own tf_keras model from the feature specs "
                           "(see components/train/model.py: build_model); overrides `model`")
     hidden_units: List[int] = Field(default_factory=lambda: [64, 32])
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout rate after each layer of the tower (0: none)")
     embedding_dim: int = Field(8, ge=1)
     max_vocabulary: int = Field(
         1000, ge=1, le=1000, description="categorical features with at most this many distinct values get a "
@@ -165,6 +167,10 @@ class TrainSettings(Strict):
     lr_schedule: Optional[LearningRateSchedule] = Field(None, description="unset: a constant learning rate")
     profile_steps: Optional[Tuple[int, int]] = Field(
         None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")
+    tune: Optional[TuneSettings] = Field(
+        None, description="a hyperparameter search over learning rate, width and depth, dropout and batch size "
+                          "(Keras Tuner's oracles): the best trial's model is the step's (docs/tuning.md); "
+                          "unset: train once with the settings above")
     pods: TrainingPods = Field(
         default_factory=TrainingPods,
         description="the pods that train on the cluster: launcher, workers, GPUs, placement, spot, restarts "
