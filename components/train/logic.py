@@ -331,8 +331,14 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
     components.train.launch.Launch as JSON): runs the same entry point as a multi-worker job
     on the artifact URIs and follows it. The BackupAndRestore directory sits beside the
     model's URI, where a retry of this task finds it. The Markdown report is copied to
-    `summary_md`. Returns the training report (the chief's)."""
-    if not launch:
+    `summary_md`. Returns the training report (the chief's). With training.tune: the search
+    (components/train/tune.py), its best trial's model and report."""
+    if settings.tune:
+        from components.train.tune import run_tuned_task
+
+        report, report_dir = run_tuned_task(examples=examples, statistics=statistics, model=model, log_dir=log_dir,
+                                            columns=columns, settings=settings, launch=launch, run_train=run_train)
+    elif not launch:
         # The backup beside the model's URI: in the run's remote root on the cluster, where a
         # retry of this task (in a new pod) finds it; kfp.local's URIs are local paths.
         backup_home = _sibling(model[1] if storage.is_remote(model[1]) else model[0], "backup")
