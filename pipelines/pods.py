@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Dict
 
 from components.contracts import names
-from components.contracts.pods import TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv, SecretVolume, quantity_value
+from components.contracts.pods import (PRIORITY_LABEL, QUEUE_LABEL, TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv,
+                                       SecretVolume, quantity_value)
 from pipelines.config import PipelineConfig, StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 # Per-step defaults: requests are what the step needs on the example data, limits leave
 # room for larger tables. The cluster.resources section overrides any of them.

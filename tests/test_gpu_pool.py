@@ -289,3 +289,26 @@ def test_with_launcher_pod_the_quota_counts_argos_wait_sidecar(penguins_config):
     jobset, in_pod = quota(config), quota(pod)
     assert in_pod["cpu"] - jobset["cpu"] == parse_quantity("250m")
     assert in_pod["memory"] - jobset["memory"] == parse_quantity("512Mi")
+
+
+def test_a_tuning_config_gets_its_trials_priority_class_below_production(ctr_config):
+    """With training.tune the team's objects include the trials' WorkloadPriorityClass (valid
+    against Kueue's CRD), below 0, Kueue's priority of a workload naming no class; without
+    tune there is none. The trials' JobSets name it (components/train/launch.py)."""
+    from components.train.launch import trial_launch
+
+    plain = tenant_manifests(ctr_config, "team-a", gpu_quota=4)
+    assert "WorkloadPriorityClass" not in [d["kind"] for d in plain]
+    raw = ctr_config.model_dump(exclude_none=True)
+    raw["training"]["tune"] = {"trials": 4, "priority_class": "team-a-tuning"}
+    tuned = parse_config(raw)
+    docs = tenant_manifests(tuned, "team-a", gpu_quota=4)
+    classes = [d for d in docs if d["kind"] == "WorkloadPriorityClass"]
+    assert len(classes) == 1 and len(docs) == len(plain) + 1
+    assert_valid(classes[0])
+    assert classes[0]["metadata"]["name"] == "team-a-tuning" and "namespace" not in classes[0]["metadata"]
+    assert classes[0]["value"] < 0
+    queue = next(d for d in docs if d["kind"] == "ClusterQueue")
+    assert queue["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+    trial = trial_launch(Launch.from_json(launch_json(tuned)), "0", tuned.training.tune.priority_class)
+    assert trial.labels["kueue.x-k8s.io/priority-class"] == classes[0]["metadata"]["name"]

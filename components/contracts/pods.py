@@ -30,6 +30,10 @@ class Toleration(Strict):
 
 
 # Kubernetes label keys ([prefix/]name) and values.
+# Kueue's labels on what it queues: the LocalQueue, and the WorkloadPriorityClass (production's
+# cluster.priority, a tuning trial's training.tune.priority_class).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 _LABEL_NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
 LABEL_KEY_RE = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
 LABEL_VALUE_RE = re.compile(rf"^{_LABEL_NAME}?$")

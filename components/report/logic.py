@@ -222,6 +222,20 @@ def _throughput(record: RunRecord) -> str:
     return _table(["measure", "value"], rows)
 
 
+def _tuning(record: RunRecord) -> str:
+    """training.tune's trials (the train report's `tuning`), the chosen one marked."""
+    tuning = (record.train or {}).get("tuning")
+    if not tuning:
+        return ""
+    rows = [[t["trial_id"] + (" (best)" if t["trial_id"] == tuning["best_trial"] else ""),
+             _num(t.get("learning_rate"), "{:.3g}"), str(t.get("hidden_units", "-")), _num(t.get("dropout"), "{:.3g}"),
+             _num(t.get("batch_size"), "{}"), _num(t.get("value"), "{:.5g}"), _num(t.get("epochs_run"), "{}"),
+             _num(t.get("optimizer_steps"), "{}"), _num(t.get("seconds"), "{:.1f}"), t.get("status", "-")]
+            for t in tuning["trials"]]
+    return "<h3>Tuning</h3>" + _table(["trial", "learning rate", "hidden units", "dropout", "batch size",
+                                       tuning["objective"], "epochs", "steps", "seconds", "status"], rows)
+
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
@@ -252,7 +266,7 @@ def render_page(record: RunRecord, title: str) -> str:
     body = [f"<h1>{_e(title)}</h1>",
             "<h2>Release gate</h2>", _gate(record),
             "<h2>Training</h2>", plots("plot-loss", "plot-metrics") or "<p>No per-epoch history recorded.</p>",
-            "<h3>Throughput and cost</h3>", _throughput(record),
+            "<h3>Throughput and cost</h3>", _throughput(record), _tuning(record),
             "<h2>Evaluation</h2>", plots("plot-confusion", "plot-roc", "plot-pr"), _metrics_table(record),
             "<h2>Slices</h2>", _slices(record),
             "<h2>Data: drift against the served version</h2>", plots("plot-drift"), _drift(record)]

@@ -132,3 +132,29 @@ def test_the_step_does_not_load_tensorflow(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_tuned_run_lists_its_trials_and_marks_the_best(tmp_path):
+    """training.tune: the train report's `tuning` (components/train/tune.py) is a table of
+    every trial on the page, the chosen one marked; an untuned run has no such section."""
+    dirs = write_run(tmp_path)
+    page = tmp_path / "out" / "report.html"
+    run_report(page_html=str(page), title="t", **dirs)
+    assert "<h3>Tuning</h3>" not in page.read_text(encoding="utf-8")
+    train_file = Path(dirs["train_report_dir"]) / names.TRAIN_REPORT_FILE
+    report = json.loads(train_file.read_text())
+    report["tuning"] = {"objective": "val_loss", "best_trial": "1", "trials": [
+        {"trial_id": "0", "learning_rate": 0.0003, "hidden_units": [64, 32], "dropout": 0.1, "batch_size": 64,
+         "value": 0.41234, "epochs_run": 12, "optimizer_steps": 480, "seconds": 3.21, "status": "COMPLETED"},
+        {"trial_id": "1", "learning_rate": 0.00905, "hidden_units": [128, 64, 32], "dropout": 0.027,
+         "batch_size": 256, "value": 0.08765, "epochs_run": 30, "optimizer_steps": 300, "seconds": 2.5,
+         "status": "COMPLETED"},
+        {"trial_id": "2", "learning_rate": 0.002, "hidden_units": [32], "dropout": 0.0, "batch_size": 32,
+         "value": None, "seconds": 0.4, "status": "FAILED"}]}
+    train_file.write_text(json.dumps(report))
+    run_report(page_html=str(page), title="t", **dirs)
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("<h3>Tuning</h3>"):text.index("</table>", text.index("<h3>Tuning</h3>"))]
+    assert section.count("<tr>") == 4  # the head and three trials
+    assert "<td>1 (best)</td><td>0.00905</td><td>[128, 64, 32]</td>" in section
+    assert "<td>0.41234</td>" in section and "<td>FAILED</td>" in section and "val_loss" in section

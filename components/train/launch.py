@@ -19,7 +19,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 from pydantic import Field
 
 from components.contracts.errors import GpupipeError
-from components.contracts.pods import PodShape
+from components.contracts.pods import PRIORITY_LABEL, PodShape
 from components.contracts.settings import Strict
 
 TF_PORT = 2222
@@ -38,9 +38,7 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 LAUNCHER_VERBS = ("create", "get", "delete")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
 _MANAGED_KEY = "app.kubernetes.io/managed-by"
-# Kueue's WorkloadPriorityClass label (pipelines/pods.py sets production's, cluster.priority);
-# a tuning trial's JobSet and its pods carry training.tune.priority_class, and its trial id.
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# A tuning trial's JobSet and its pods: its trial id (and PRIORITY_LABEL: training.tune.priority_class).
 TRIAL_LABEL = "gpupipe/trial"
 
 # kind -> (group, version, plural, Kind)

@@ -198,6 +198,13 @@ class TrainSettings(Strict):
             data = {**data, "checkpoint_steps": min(steps, SPOT_CHECKPOINT_STEPS)}
         return data
 
+    @model_validator(mode="after")
+    def _tuning_compares_on_the_validation_slice(self) -> "TrainSettings":
+        if self.tune is not None and (self.early_stopping is None or self.validation_percent <= 0):
+            raise ValueError("tune: trials are compared on the validation slice's early-stopping metric; keep "
+                             "early_stopping (on by default) and set validation_percent above 0")
+        return self
+
     @field_validator("hidden_units")
     @classmethod
     def _positive_units(cls, v: List[int]) -> List[int]:

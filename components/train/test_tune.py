@@ -99,8 +99,13 @@ def test_parallel_trials_share_one_oracle(tmp_path):
 
 
 def test_tuning_needs_a_validation_slice_and_sane_ranges():
+    with pytest.raises(ValueError, match="tune: trials are compared on the validation slice"):  # when the config loads
+        TrainSettings(validation_percent=0, tune=TuneSettings())
+    with pytest.raises(ValueError, match="keep early_stopping"):
+        TrainSettings(early_stopping=None, tune=TuneSettings())
+    unchecked = TrainSettings().model_copy(update={"validation_percent": 0, "tune": TuneSettings()})
     with pytest.raises(GpupipeError, match="training.tune: trials are compared on the validation slice"):
-        tune.objective(TrainSettings(validation_percent=0, tune=TuneSettings()))
+        tune.objective(unchecked)  # and again where the step starts, for settings built past the check
     with pytest.raises(GpupipeError, match=r"a trial reported no val_loss: its validation slice was under 30 rows"):
         tune.score({"early_stopping_monitor": "loss", "history": {"loss": [1.0]}, "train_examples": 100},
                    "val_loss", "min")

@@ -39,6 +39,11 @@ def _per_gpu(quantity: str, gpus_per_worker: int, gpu_quota: int, unit: str = ""
     return str(int(total)) if total == int(total) else f"{math.ceil(total * 1000)}m"
 
 
+# The tuning trials' WorkloadPriorityClass value: below 0, Kueue's priority of a workload
+# naming no class, so production runs with or without a class outrank trials.
+TUNING_PRIORITY = -100
+
+
 def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu_quota: int = 0,
                      borrowing_limit: Optional[int] = None, cohort: str = "gpupipe-pool",
                      service_account: str = "default-editor") -> list:
@@ -116,4 +121,21 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
          "metadata": {"name": queue, "namespace": team, "labels": labels}, "spec": {"clusterQueue": team}},
         *(launcher_rbac(config, team, service_account) if t.launcher != "pod" else []),
+        *tuning_priority_class(config),
     ]
+
+
+def tuning_priority_class(config: PipelineConfig) -> list:
+    """With training.tune: the WorkloadPriorityClass its trials' JobSets name (cluster-scoped,
+    the same object for every team). Its value, TUNING_PRIORITY, is below Kueue's 0 for a
+    workload that names no class and below any production class of 0 or more, so the team's
+    ClusterQueue (preemption withinClusterQueue: LowerPriority) gives a production run the
+    GPUs trials hold, and trials are admitted on what production leaves idle. Production's
+    own class (cluster.priority) is the administrator's: not written here."""
+    tune = config.training.tune
+    if tune is None:
+        return []
+    return [{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": tune.priority_class, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}},
+             "value": TUNING_PRIORITY,
+             "description": "gpupipe tuning trials (training.tune): below production runs, which preempt them"}]
