@@ -415,3 +415,41 @@ def test_one_gpu_worker_runs_as_a_jobset(capsys, kfp, cluster, tmp_path):
         "install JobSet: kubectl apply --server-side -f "
         "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"]
     assert lines[-1].startswith(f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete jobsets")
+
+
+def priority_class(name: str, value: int) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name, "uid": f"uid-wpc-{name}", "resourceVersion": "31", "generation": 1,
+                         "creationTimestamp": "2026-11-30T09:00:00Z"}, "value": value}
+
+
+def test_the_priority_classes_the_jobs_name_must_exist_and_trials_rank_below_production(capsys, kfp, cluster,
+                                                                                        tmp_path):
+    """cluster.priority and training.tune.priority_class: Kueue makes no Workload for a job whose
+    WorkloadPriorityClass does not exist (it stays suspended), and trials must rank below
+    production runs to be preempted by them."""
+    url, state, kubeconfig = cluster
+    data = yaml.safe_load((ROOT / "configs" / "ctr.yaml").read_text())
+    data["cluster"].update(queue="gpus", priority="production")
+    data["training"]["tune"] = {"trials": 4}
+    data["cluster"].pop("image_pull_secrets", None)
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
+    assert code == 1
+    assert [e for e in errors(lines) if "WorkloadPriorityClass" in e] == [
+        "error: WorkloadPriorityClass production (cluster.priority) does not exist, so Kueue makes no Workload for "
+        "the job and it stays suspended: ask the cluster's administrator to create it, or unset cluster.priority",
+        "error: WorkloadPriorityClass gpupipe-tuning (training.tune.priority_class) does not exist, so Kueue makes "
+        f"no Workload for the job and it stays suspended: gpupipe manifest tenant {path} --team T --gpu-quota N | "
+        "kubectl apply -f -"]
+    state.add(priority_class("production", 1000), priority_class("gpupipe-tuning", 1000))
+    code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
+    assert "ok: WorkloadPriorityClass production (cluster.priority), value 1000" in lines
+    assert [e for e in errors(lines) if "priority" in e] == [
+        "error: training.tune.priority_class gpupipe-tuning has value 1000, not below production's 1000, so trials "
+        "are not preempted by production runs: give it a lower value (gpupipe manifest tenant writes -100)"]
+    state.add(priority_class("gpupipe-tuning", -100))
+    code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
+    assert code == 0, errors(lines)
+    assert "ok: WorkloadPriorityClass gpupipe-tuning (training.tune.priority_class), value -100" in lines

@@ -143,6 +143,43 @@ def queue_lines(cluster: Cluster, config, namespace: str, config_path: str) -> L
     return [Line(True, f"LocalQueue {namespace}/{name} (cluster.queue), ClusterQueue {cq_name}")]
 
 
+def priority_lines(cluster: Cluster, config, config_path: str) -> List[Line]:
+    """The Kueue WorkloadPriorityClasses the config's jobs name: production's (cluster.priority)
+    and training.tune's trials'. Kueue makes no Workload for a job whose class does not exist,
+    so the job stays suspended; trials meant to fill idle GPUs must rank below production."""
+    from kubernetes.client.exceptions import ApiException
+
+    named = [(config.cluster.priority, "cluster.priority")]
+    if config.training.tune is not None:
+        named.append((config.training.tune.priority_class, "training.tune.priority_class"))
+    lines, values = [], {}
+    for name, key in named:
+        if not name:
+            continue
+        try:
+            found = cluster.custom("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", name)
+        except ApiException as err:
+            lines.append(refused(f"WorkloadPriorityClass {name} ({key})", err,
+                                 "ask for get on workloadpriorityclasses.kueue.x-k8s.io"))
+            continue
+        if found is None:
+            fix = (f"gpupipe manifest tenant {config_path} --team T --gpu-quota N | kubectl apply -f -"
+                   if key.startswith("training.tune") else "ask the cluster's administrator to create it, or unset "
+                                                           "cluster.priority")
+            lines.append(Line(False, f"WorkloadPriorityClass {name} ({key}) does not exist, so Kueue makes no "
+                                     f"Workload for the job and it stays suspended: {fix}"))
+            continue
+        values[key] = found.get("value", 0)
+        lines.append(Line(True, f"WorkloadPriorityClass {name} ({key}), value {values[key]}"))
+    production = values.get("cluster.priority", 0)  # a workload naming no class: 0
+    tuning = values.get("training.tune.priority_class")
+    if tuning is not None and tuning >= production:
+        lines.append(Line(False, f"training.tune.priority_class {config.training.tune.priority_class} has value "
+                                 f"{tuning}, not below production's {production}, so trials are not preempted by "
+                                 "production runs: give it a lower value (gpupipe manifest tenant writes -100)"))
+    return lines
+
+
 def named_secrets(config) -> List[Tuple[str, List[str]]]:
     """(Secret name, the config keys naming it), in the config's order."""
     pairs = []
@@ -284,6 +321,7 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
         job_ns = (config.training.pods.job_namespace if launcher_kind(config) else None) or namespace
         if installed.get("Kueue"):  # without Kueue's CRDs, no LocalQueue to look for
             lines += queue_lines(cluster, config, job_ns, config_path)
+            lines += priority_lines(cluster, config, config_path)
         lines += secret_lines(cluster, config, namespace)
         if job_ns != namespace:
             lines += secret_lines(cluster, config, job_ns, workers_only=True)
