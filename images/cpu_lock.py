@@ -1,4 +1,6 @@
-"""Writes requirements-cpu.lock, the CPU image's lock, from requirements.lock:
+"""Writes requirements-cpu.lock, the CPU image's lock, from requirements.lock, and takes the
+test tools out of requirements-gpu.lock, the GPU image's lock (uv resolves it from
+requirements-gpu.in, which includes requirements.in's test tools):
 
 - `tensorflow` becomes `tensorflow-cpu` of the same version (the same ops without the CUDA
   kernels: about 0.75 GB less installed);
@@ -64,6 +66,15 @@ def cpu_lock(lock_text: str, tf_cpu_hashes: List[str]) -> str:
     return out.replace(tf.group(0), block)
 
 
+def image_lock(lock_text: str) -> str:
+    """`lock_text` without the test tools (TEST_ONLY and what only they pull in): what an
+    image installs. Idempotent."""
+    found = entries(lock_text)
+    for name in dropped(lock_text):
+        lock_text = lock_text.replace(found[name].group(0), "")
+    return lock_text
+
+
 def wheel_hashes(version: str) -> List[str]:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
@@ -79,3 +90,6 @@ if __name__ == "__main__":
     version = entries(text)["tensorflow"].group(0).split("==", 1)[1].split()[0]
     (ROOT / "requirements-cpu.lock").write_text(cpu_lock(text, wheel_hashes(version)))
     print("requirements-cpu.lock: dropped " + ", ".join(sorted(dropped(text))))
+    gpu = (ROOT / "requirements-gpu.lock").read_text()
+    (ROOT / "requirements-gpu.lock").write_text(image_lock(gpu))
+    print("requirements-gpu.lock: dropped " + (", ".join(sorted(dropped(gpu))) or "nothing (already without them)"))

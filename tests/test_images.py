@@ -118,9 +118,20 @@ def test_gpu_lock_agrees_with_the_cpu_lock():
     def pins(name):
         return dict(re.findall(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", (ROOT / name).read_text(), re.M))
 
-    cpu, gpu = pins("requirements.lock"), pins("requirements-gpu.lock")
-    assert {k: v for k, v in cpu.items() if gpu.get(k) != v} == {}
+    full, cpu_image, gpu = pins("requirements.lock"), pins("requirements-cpu.lock"), pins("requirements-gpu.lock")
+    # the GPU image holds what the CPU image holds (tensorflow for tensorflow-cpu), at the same pins
+    assert {k: v for k, v in cpu_image.items() if k != "tensorflow-cpu" and gpu.get(k) != v} == {}
+    assert gpu["tensorflow"] == cpu_image["tensorflow-cpu"] == full["tensorflow"]
     assert gpu["nvidia-cudnn-cu12"].startswith("8.9")  # TF 2.16's cuDNN
+
+
+def test_the_gpu_image_lock_has_no_test_tools():
+    spec = importlib.util.spec_from_file_location("cpu_lock", ROOT / "images" / "cpu_lock.py")
+    cpu_lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cpu_lock)
+    gpu = (ROOT / "requirements-gpu.lock").read_text()
+    assert cpu_lock.dropped(gpu) == set(), "run python images/cpu_lock.py"
+    assert {"pytest", "moto", "mkdocs", "lightgbm", "statsmodels"}.isdisjoint(cpu_lock.entries(gpu))
 
 
 @pytest.mark.parametrize("compiled", sorted((ROOT / "pipelines" / "compiled").glob("*.yaml")), ids=lambda p: p.name)
