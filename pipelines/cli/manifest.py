@@ -32,6 +32,10 @@ def cmd_kserve(args: argparse.Namespace) -> int:
     if args.canary is not None and args.version is None:
         raise GpupipeError(f"manifest kserve --canary {args.canary}: give the stable version too, with --version N "
                            "(or neither, to serve the serving base's releases)")
+    if args.restricted:  # its own refusals (a local or pvc:// base) before anything is read
+        from pipelines.manifests.storage_container import storage_container_base
+
+        storage_container_base(config, args.serving_base or "")
     base = kserve_base(config, args.serving_base or "")  # a local base is refused before anything is read
     if args.version is not None:
         stable, canary = args.version, args.canary
@@ -43,8 +47,14 @@ def cmd_kserve(args: argparse.Namespace) -> int:
     gcs_access, gcs_steps = kserve_gcs_access(config, base)
     mode = "RawDeployment" if args.raw_deployment else "Serverless"
     docs = [*access, *gcs_access, kserve_inference_service(config, base, stable, canary, mode)]
+    notes = kserve_cluster_notes(config, mode)
+    if args.restricted:
+        from pipelines.manifests.storage_container import restricted_storage_container, storage_container_notes
+
+        docs.append(restricted_storage_container(config, base))
+        notes += storage_container_notes(config, base)
     # what the user does to the Secret gpupipe never writes, and what the cluster needs
-    for line in [*steps, *gcs_steps, *kserve_cluster_notes(config, mode)]:
+    for line in [*steps, *gcs_steps, *notes]:
         print(line, file=sys.stderr)
     return _print(docs)
 
@@ -111,6 +121,9 @@ def add_commands(sub) -> None:
     p.add_argument("--canary", type=int, metavar="N", help="with --version: the canary version (default: none)")
     p.add_argument("--raw-deployment", action="store_true",
                    help="KServe without Knative (deploymentMode RawDeployment, HPA on cpu or memory, no canary split)")
+    p.add_argument("--restricted", action="store_true",
+                   help="for a namespace enforcing Pod Security restricted: also a ClusterStorageContainer whose "
+                        "storage-initializer (KServe's init container that pulls the model) passes it (gs:// or s3://)")
     p.set_defaults(func=cmd_kserve)
 
     p = kinds.add_parser("tfserving", help="a TF Serving ConfigMap, Deployment, Service (and HPA) reading "

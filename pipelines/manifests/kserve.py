@@ -167,6 +167,20 @@ def kserve_gcs_access(config: PipelineConfig, serving_base: str = "") -> tuple:
     return [account], lines
 
 
+def kserve_s3_annotations(config: PipelineConfig) -> dict:
+    """The serving.kserve.io/s3-* annotations (without the prefix) that tell KServe's storage
+    initializer where storage.s3 is: TLS, region, the endpoint (host:port) and, unless auto,
+    the addressing style."""
+    s3 = s3_settings(config)
+    annotations = {"s3-usehttps": "1" if s3.uses_https else "0", "s3-verifyssl": "1" if s3.uses_https else "0",
+                   "s3-region": s3.region}
+    if s3.host_port:
+        annotations["s3-endpoint"] = s3.host_port
+    if s3.style != "auto":
+        annotations["s3-usevirtualbucket"] = "true" if s3.style == "virtual" else "false"
+    return annotations
+
+
 def kserve_s3_access(config: PipelineConfig, serving_base: str = "") -> tuple:
     """What KServe's storage initializer needs to download an s3:// release: ([the
     ServiceAccount listing storage.s3.credentials_secret], [lines for the user]). KServe
@@ -183,12 +197,7 @@ def kserve_s3_access(config: PipelineConfig, serving_base: str = "") -> tuple:
     name = kserve_service_account_name(config, base)
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_metadata(config, name),
                "secrets": [{"name": s3.credentials_secret}]}
-    annotations = {"s3-usehttps": "1" if s3.uses_https else "0", "s3-verifyssl": "1" if s3.uses_https else "0",
-                   "s3-region": s3.region}
-    if s3.host_port:
-        annotations["s3-endpoint"] = s3.host_port
-    if s3.style != "auto":
-        annotations["s3-usevirtualbucket"] = "true" if s3.style == "virtual" else "false"
+    annotations = kserve_s3_annotations(config)
     where = f" -n {config.serving.namespace}" if config.serving.namespace else ""
     lines = [f"kubectl{where} annotate --overwrite secret {s3.credentials_secret} "
              + " ".join(f"{KSERVE_ANNOTATIONS}{k}={v}" for k, v in sorted(annotations.items()))]
