@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # each kind's own options, as its --help must list them (and no other)
 OPTIONS = {
-    "kserve": {"--serving-base", "--version", "--canary", "--raw-deployment"},
+    "kserve": {"--serving-base", "--version", "--canary", "--raw-deployment", "--restricted"},
     "tfserving": {"--serving-base"},
     "rbac": {"--namespace", "--service-account"},
     "tenant": {"--team", "--gpu-quota", "--spot-gpu-quota", "--borrowing-limit", "--cohort", "--service-account"},

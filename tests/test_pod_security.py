@@ -5,10 +5,11 @@ predictor. The profile's checks are read from Kubernetes' pod-security-admission
 per control; "restricted" is every baseline check and the restricted ones), and applied
 here as that code states them. The objects' schemas are checked in tests/test_k8s_objects.py.
 
-Not covered: the KFP tasks' own pods (Argo builds them; kfp-kubernetes 1.5 has no setter
-for a securityContext) and the containers KServe and Knative add to the predictor's pod
-(KServe v0.15.2's storage-initializer has no securityContext of its own:
-pkg/webhook/admission/pod/storage_initializer_injector.go)."""
+Not covered here: the KFP tasks' own pods (Argo builds them; kfp-kubernetes 1.5 has no setter
+for a securityContext) and Knative's queue-proxy. KServe v0.15.2's storage-initializer has no
+securityContext of its own (pkg/webhook/admission/pod/storage_initializer_injector.go);
+`gpupipe manifest kserve --restricted` gives it one through a ClusterStorageContainer, and
+tests/test_storage_container.py checks the pod KServe builds with it against these rules."""
 from __future__ import annotations
 
 import copy
