@@ -4,6 +4,7 @@ anything runs, data errors in the failing step: exit 1 either way), no traceback
 terminal, and no serving version. And the spellings a real CSV has that are fine."""
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -296,3 +297,133 @@ def test_a_feature_declared_both_numeric_and_categorical_says_exactly_that(tmp_p
     line = config_error(tmp_path, penguins(**{"data.categorical_features": ["island", "sex", "body_mass_g"]}))
     assert line == (f"error: {tmp_path / 'config.yaml'}: data: feature 'body_mass_g' is declared both numeric and "
                     "categorical; keep it in one of numeric_features, categorical_features")
+
+
+NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "year")
+
+
+def penguin_tfrecords(path: Path, gzip: bool = False) -> list:
+    """penguins.csv as tf.train.Example records in `path`; the size each record takes in the
+    file (12-byte header, data, 4-byte CRC)."""
+    import tensorflow as tf
+
+    sizes = []
+    with tf.io.TFRecordWriter(str(path), options="GZIP" if gzip else None) as writer:
+        for row in csv.DictReader(PENGUINS.open()):
+            feature = {k: tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)])) if k in NUMERIC else
+                       tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+                       for k, v in row.items() if v != "NA"}
+            record = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            writer.write(record)
+            sizes.append(12 + len(record) + 4)
+    return sizes
+
+
+def flip_byte(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
+def no_tf_internals(text: str) -> None:
+    for internal in ("node ", "{{", "[[", "[Op:", "Traceback", "IteratorGetNext"):
+        assert internal not in text, text
+
+
+FIX = "re-export it, or leave it out of data.source"
+# (how a file of penguin records is damaged, what the line says): found before anything runs
+# when the first record is the broken one, else by the ingest step
+FIRST_RECORD = [
+    (lambda good, sizes: flip_byte(good, 20), "not a readable TFRecord file (record 1: corrupted — CRC mismatch)"),
+    (lambda good, sizes: good[:30], "not a readable TFRecord file (record 1: truncated, the file ends inside it)"),
+    (lambda good, sizes: PENGUINS.read_bytes(), "not a TFRecord file (it starts with b'species,', not a record "
+                                               "header); export it as TFRecord of tf.train.Example, or leave it out "
+                                               "of data.source"),
+]
+LATER_RECORD = [
+    (lambda good, sizes: good[:sum(sizes[:200]) + 30],
+     "not a readable TFRecord file (record 201: truncated, the file ends inside it)"),
+    (lambda good, sizes: flip_byte(good, sum(sizes[:250]) + 20),
+     "not a readable TFRecord file (record 251: corrupted — CRC mismatch)"),
+    # TensorFlow itself reads this one as 200 whole records, the rest silently lost
+    (lambda good, sizes: good[:sum(sizes[:200]) + 5],
+     "not a readable TFRecord file (record 201: truncated, the file ends inside its length header)"),
+]
+
+
+def damaged_penguins(tmp_path: Path, damage) -> str:
+    sizes = penguin_tfrecords(tmp_path / "good.tfrecord")
+    source = tmp_path / "penguins.tfrecord"
+    source.write_bytes(damage((tmp_path / "good.tfrecord").read_bytes(), sizes))
+    return str(source)
+
+
+def expected_line(source: str, what: str) -> str:
+    return f"data.source: {source}: {what}" + ("" if what.endswith("data.source") else f"; {FIX}")
+
+
+@pytest.mark.parametrize("damage, what", FIRST_RECORD)
+def test_a_tfrecord_file_broken_in_its_first_record_is_one_line_before_anything_runs(tmp_path, damage, what):
+    source = damaged_penguins(tmp_path, damage)
+    out = gpupipe_run(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and lines == [f"error: {expected_line(source, what)}"], out.stderr
+    no_tf_internals(out.stderr + out.stdout)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("damage, what", LATER_RECORD)
+def test_a_tfrecord_file_broken_in_a_later_record_stops_ingest_in_one_line(tmp_path, damage, what):
+    source = damaged_penguins(tmp_path, damage)
+    out = gpupipe_run(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert out.returncode == 1 and errors == [f"error: ingest: {expected_line(source, what)}"], out.stdout
+    no_tf_internals(out.stderr + out.stdout)
+
+
+def test_gpupipe_init_on_a_broken_tfrecord_file_is_one_line(tmp_path):
+    source = damaged_penguins(tmp_path, LATER_RECORD[1][0])
+    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "init", source, "--label", "species", "-o",
+                          str(tmp_path / "c.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=user_env())
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        f"error: {expected_line(source, LATER_RECORD[1][1])}"], out.stderr
+    no_tf_internals(out.stderr + out.stdout)
+    assert not (tmp_path / "c.yaml").exists()
+
+
+@pytest.mark.parametrize("name, damage, what", [
+    ("penguins.tfrecord.gz", lambda gz, plain, sizes: gz[:len(gz) // 2],
+     "not a readable TFRecord file (record {n}: truncated, the gzip stream ends inside it)"),
+    ("penguins.tfrecord.gz", lambda gz, plain, sizes: __import__("gzip").compress(plain[:sum(sizes[:300]) + 30]),
+     "not a readable TFRecord file (record 301: truncated, the file ends inside it)"),
+    ("penguins.tfrecord.gz", lambda gz, plain, sizes: __import__("gzip").compress(plain[:sum(sizes[:300]) + 5]),
+     "not a readable TFRecord file (record 301: truncated, the file ends inside its length header)"),
+    ("penguins.tfrecord.gz", lambda gz, plain, sizes: plain,
+     "not gzip-compressed, though its name ends in .gz (it is a plain TFRecord file); rename it without .gz, or "
+     "compress it"),
+    ("penguins.tfrecord", lambda gz, plain, sizes: gz,
+     "not a TFRecord file (it starts with b'\\x1f\\x8b\\x08\\x00\\x00\\x00\\x00\\x00', not a record header; it is "
+     "gzip-compressed); name it .tfrecord.gz"),
+])
+def test_gzip_tfrecord_files_cut_short_or_misnamed_say_so(tmp_path, name, damage, what):
+    """In-process (the same function the run's preflight and ingest read through)."""
+    from components.contracts.errors import GpupipeError
+    from components.sources.records import tfrecord_batches
+
+    penguin_tfrecords(tmp_path / "good.tfrecord.gz", gzip=True)
+    sizes = penguin_tfrecords(tmp_path / "good.tfrecord")
+    source = tmp_path / name
+    source.write_bytes(damage((tmp_path / "good.tfrecord.gz").read_bytes(), (tmp_path / "good.tfrecord").read_bytes(),
+                              sizes))
+    with pytest.raises(GpupipeError) as err:
+        sum(batch.num_rows for batch in tfrecord_batches(str(source)))
+    pattern = re.escape(f"data.source: {source}: {what}").replace(re.escape("{n}"), "[0-9]+")
+    assert re.match(pattern, str(err.value)), str(err.value)
+    no_tf_internals(str(err.value))
+
+
+def test_tensorflows_message_keeps_no_op_internals():
+    from components.sources.tfrecord_check import plain
+
+    assert plain("{{function_node __wrapped__IteratorGetNext_output_types_1_device_/job:localhost/replica:0/task:0/"
+                 "device:CPU:0}} corrupted record at 12 [Op:IteratorGetNext] name: \nmore") == "corrupted record at 12"
+    assert plain("truncated record at 41975 [[{{node IteratorGetNext}}]]") == "truncated record at 41975"

@@ -384,3 +384,29 @@ def test_a_table_sorted_by_its_label_gets_the_gate_from_the_eval_split(tmp_path,
     assert blessing.blessed and evaluation.metrics["rmse"] < 0.5 * mean_rmse, evaluation.metrics
     # the linear baseline beside it: Ridge on a target linear in a and b, up to noise of deviation 3
     assert evaluation.linear_model == "Ridge" and 2.5 < evaluation.linear["rmse"] < 3.5, evaluation.linear
+
+
+@pytest.mark.unit
+def test_a_constant_column_is_left_out_and_says_why(tmp_path, capsys):
+    """One value in every sampled row (text or number) is no feature; one value in some rows
+    and missing in the others stays (the missingness can carry signal), and all-missing
+    is left out as empty."""
+    from pipelines.init import propose
+
+    rng = np.random.default_rng(5)
+    n = 200
+    hours = rng.normal(10, 3, n)
+    result = np.where(hours + rng.normal(0, 2, n) > 10, "pass", "fail")
+    rows = [[f"{hours[i]:.2f}", "US", 7, "", "yes" if i % 3 else "", result[i]] for i in range(n)]
+    data = write_rows(tmp_path / "t.csv", ["hours", "country", "version", "notes", "flag", "result"], rows)
+    code, out, _ = init(capsys, data, "--label", "result", "-o", tmp_path / "c.yaml")
+    assert code == 0
+    assert "  left out 'country': the same value ('US') in each of its 200 sampled rows (a constant carries no " \
+           "signal)" in out
+    assert "  left out 'version': the same value (7) in each of its 200 sampled rows (a constant carries no " \
+           "signal)" in out
+    assert "  left out 'notes': empty in every sampled row" in out
+    assert "  #   country: the same value ('US') in each of its 200 sampled rows" in (tmp_path / "c.yaml").read_text()
+    p = propose(str(data), "result")
+    assert p.numeric == ["hours"] and p.categorical == ["flag"]
+    assert [c for c, _ in p.left_out] == ["country", "version", "notes"]

@@ -3,7 +3,8 @@
 Parquet is read in row groups of PARQUET_BATCH_ROWS; TFRecord is decoded by tfx_bsl, a
 remote file first copied to a local temporary file (TensorFlow's own filesystems would need
 their own credentials, and none reads s3://), and each feature's one-value list becomes a
-scalar column; a feature with several values in one record is an error, not a guess.
+scalar column; a feature with several values in one record is an error, not a guess. A file
+cut short or failing a CRC is one line naming the record (tfrecord_check), not TensorFlow's.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from components.contracts import storage
 from components.contracts.errors import GpupipeError
 from components.contracts.storage import open_for_reading
 from components.sources.cells import select_and_cast, to_utf8
+from components.sources import tfrecord_check
 from components.sources.files import SourceFile, check_later_file, is_gzip
 
 PARQUET_BATCH_ROWS = 65_536
@@ -85,10 +87,12 @@ def tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[pa
         if max_records:
             dataset = dataset.take(max_records)
         decoder = example_coder.ExamplesToRecordBatchDecoder()
-        first_record = 1
+        first_record, data_bytes = 1, 0
         for records in dataset.batch(TFRECORD_BATCH_ROWS):
+            records = list(records.numpy())
+            data_bytes += sum(map(len, records))
             try:
-                batch = decoder.DecodeBatch(list(records.numpy()))
+                batch = decoder.DecodeBatch(records)
             except RuntimeError as err:  # tfx_bsl: DATA_LOSS: Unable to parse example
                 raise GpupipeError(f"data.source: {uri} holds TFRecords that are not tf.train.Example ({err}); "
                                    "write tf.train.Example records, or export the table as CSV or Parquet") from None
@@ -96,9 +100,11 @@ def tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[pa
                 _one_value_each(column, name, uri, first_record)
             first_record += batch.num_rows
             yield pa.RecordBatch.from_arrays([_first_values(c) for c in batch.columns], batch.schema.names)
+        read_all = not max_records or first_record - 1 < max_records
+        if read_all and tfrecord_check.ends_early(local, is_gzip(uri), data_bytes, first_record - 1):
+            raise GpupipeError(tfrecord_check.damage(local, uri, is_gzip(uri)))
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
-        raise GpupipeError(f"data.source: {uri} is truncated or not TFRecord{' (gzip)' if is_gzip(uri) else ''} "
-                           f"({err.message.splitlines()[0]}); re-export it") from None
+        raise GpupipeError(tfrecord_check.damage(local, uri, is_gzip(uri), err.message)) from None
     finally:
         if tmp is not None:
             os.unlink(tmp.name)

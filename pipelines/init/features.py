@@ -4,9 +4,10 @@ TFDV computes the sample's statistics and infers the schema: INT and FLOAT featu
 numeric features, BYTES ones categorical; integer columns with few distinct values (at most
 `CODE_MAX_VALUES`) or code-like ones (digits with leading zeros; a name such as `*_code`,
 `zip`, `area`, `hour`, `month` with at most `CODE_MAX_NAMED_VALUES` values) are categorical.
-Left out: columns empty in every sampled row, ID-like columns (a different value in every
-sampled row) and leaks (a column that alone predicts the label almost perfectly on held-out
-sampled rows: `LEAK_ACCURACY`, `LEAK_R2`).
+Left out: columns empty in every sampled row, constant ones (the same value in every sampled
+row; one that is also missing in some rows stays, since its missingness can carry signal),
+ID-like columns (a different value in every sampled row) and leaks (a column that alone
+predicts the label almost perfectly on held-out sampled rows: `LEAK_ACCURACY`, `LEAK_R2`).
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ def _name_words(name: str) -> List[str]:
     return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
 
 
+def _shown(value) -> str:
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
 def _code_reason(name: str, column, unique: int) -> Optional[str]:
     """Why an integer column is proposed as categorical, or None (a quantity)."""
     if unique <= CODE_MAX_VALUES:
@@ -72,6 +77,10 @@ def choose_features(table, label: str, codes: Optional[dict] = None
         column = table.column(name)
         if column.null_count == len(column) or pa.types.is_null(column.type):
             left_out.append((name, "empty in every sampled row"))
+            continue
+        if column.null_count == 0 and len(values := pc.unique(column)) == 1:
+            left_out.append((name, f"the same value ({_shown(values[0].as_py())}) in each of its {len(column)} "
+                                   "sampled rows (a constant carries no signal)"))
             continue
         if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
                 or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
