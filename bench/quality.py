@@ -90,7 +90,7 @@ def lightgbm_on_split(examples_dir: str, label: str, task: str, classes: List[st
 
     from components.contracts import names
     from components.contracts.examples import read_manifest
-    from components.evaluate.linear import _read
+    from components.contracts.linear import read_split as _read
     from components.evaluate.metrics import classification_metrics, regression_metrics
 
     kinds = dict(read_manifest(examples_dir)["features"])

@@ -35,7 +35,7 @@ REPORT_MD = "report.md"
 
 
 def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
-                  steps_per_epoch: int = 1, target: str = "standardize"):
+                  steps_per_epoch: int = 1, target: str = "standardize", start=None):
     """The configured family (or the custom builder) under the strategy, compiled with the
     task's loss and metric. Regression: the head learns the target standardised (its
     Rescaling by `specs`' label mean and deviation); with `target` log, `specs` carries
@@ -49,7 +49,7 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     k = settings.gradient_accumulation_steps
     with strategy.scope():
         builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
-        model = builder(specs, settings)
+        model = builder(specs, settings) if start is None else builder(specs, settings, start)
         # The schedule counts optimizer steps: one per k training steps with accumulation.
         learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
                                                settings.epochs * steps_per_epoch // k)
@@ -189,7 +189,8 @@ class Fit:
     backup: Any = None
 
 
-def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_dir: Optional[str]) -> Fit:
+def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_dir: Optional[str],
+        start=None) -> Fit:
     """model.fit with the callbacks: backup and preemption (with a `backup_dir`), resume log,
     timing, progress, early stopping, TensorBoard (the chief's). Raises Preempted after a
     SIGTERM checkpoint."""
@@ -214,8 +215,10 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
         stop = s.early_stopping
         metric = stop.metric if stop.metric in ("loss", plan.metric) else "loss"
         # A resumed run starts counting patience and best weights again from its resume.
-        stopper = tf_keras.callbacks.EarlyStopping(
-            monitor=("val_" if plan.held_out else "") + metric, mode="max" if metric == "accuracy" else "min",
+        from components.train.linear_start import EarlyStoppingFromTheStart
+
+        stopper = EarlyStoppingFromTheStart(  # with a linear start, the starting weights are a candidate too
+            validation=validation if start is not None else None, monitor=("val_" if plan.held_out else "") + metric, mode="max" if metric == "accuracy" else "min",
             patience=stop.patience, min_delta=stop.min_delta, restore_best_weights=True, verbose=1)
         callbacks.append(stopper)
     if log_dir and chief:
@@ -251,13 +254,18 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
     graph_code_without_autograph()
     plan = plan_training(statistics_dir, columns, settings)
+    start = None
+    if settings.linear_start and not settings.custom_model:  # the model contains the linear model, starts from it
+        from components.train.linear_start import with_linear_start
+
+        plan, start = with_linear_start(examples_dir, statistics_dir, plan)
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         print(f"input: {INPUT_DESCRIPTIONS[plan.cache]} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
               "parsed)", flush=True)
         dataset, validation = training_inputs(examples_dir, plan, cache_dir)
         model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
-                              plan.target)
-        run = fit(model, dataset, validation, plan, backup_dir, log_dir)
+                              plan.target, start)
+        run = fit(model, dataset, validation, plan, backup_dir, log_dir, start)
         smearing = 1.0
         if plan.target == "log":  # Duan's factor on held-out rows (the slice), else on the train rows
             from components.train.data import make_dataset
@@ -269,7 +277,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         export_model(model, plan.specs, model_dir, run.chief, plan.target, smearing)
         if run.backup and run.chief:
             run.backup.discard()  # the model is whole; a later retry need not resume
-        return build_report(plan, run, model, dataset, smearing)
+        return build_report(plan, run, model, dataset, smearing, start)
 
 
 def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,

@@ -125,9 +125,15 @@ def embed_categorical(specs: FeatureSpecs, ids, embedding_dim: int) -> List[tf.T
     return [tf_keras.layers.Flatten(name="categorical_flat")(emb)]
 
 
-def output_layer(specs: FeatureSpecs, x):
+def output_layer(specs: FeatureSpecs, x, linear=None):
     """Class probabilities (softmax, float32 even under mixed precision) or, for
-    regression, the prediction in the label's units."""
+    regression, the prediction in the label's units. With `linear` (the linear start's
+    logits or standardised prediction, components/train/linear_start.py) the head on `x`
+    is a residual added to it, starting at zero."""
+    if linear is not None:
+        from components.train.linear_start import residual_head
+
+        return residual_head(specs, x, linear)
     if specs.task == "regression":
         z = tf_keras.layers.Dense(1, dtype="float32", name="regression_head")(x)
         return tf_keras.layers.Rescaling(specs.label_std or 1.0, offset=specs.label_mean or 0.0, dtype="float32",
@@ -201,16 +207,20 @@ def cross(parts: FeatureParts, settings: TrainSettings):
     return _concat([x, parts.deep], "cross_and_deep")
 
 
-def build_model(specs: FeatureSpecs, settings: TrainSettings) -> tf_keras.Model:
-    """The family `settings.model` on the shared feature parts, with the task's output head.
-    A custom model (training.custom_model) has this signature."""
+def build_model(specs: FeatureSpecs, settings: TrainSettings, start=None) -> tf_keras.Model:
+    """The family `settings.model` on the shared feature parts, with the task's output head
+    (with `start`, a fitted linear start: beside the linear model, initialised to it). A
+    custom model (training.custom_model) has this signature without `start`."""
     top = FAMILIES.get(settings.model)
     if top is None:
         raise GpupipeError(f"training.model: '{settings.model}' is not a model family; use one of "
                            f"{', '.join(FAMILIES)} or training.custom_model")
     parts = FeatureParts(specs, list(settings.hidden_units), settings.embedding_dim, settings.dropout)
-    return tf_keras.Model(inputs=parts.inputs, outputs=output_layer(specs, top(parts, settings)),
-                          name=settings.model)
+    from components.train.linear_start import initialise, linear_part
+
+    model = tf_keras.Model(inputs=parts.inputs, name=settings.model, outputs=output_layer(
+        specs, top(parts, settings), linear_part(start, parts.inputs) if start is not None else None))
+    return initialise(model, start) if start is not None else model
 
 
 def load_custom_builder(reference: str) -> Callable[..., tf_keras.Model]:

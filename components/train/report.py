@@ -20,7 +20,10 @@ class TrainReport(Mapping):
     epochs: int
     epochs_run: int
     early_stopping_monitor: Optional[str]
-    best_epoch: Optional[int]  # the epoch (1-based, of this attempt) whose weights were kept
+    best_epoch: Optional[int]  # the epoch (1-based, of this attempt) whose weights were kept; 0: the starting ones
+    linear_start: Optional[str]  # what the model started from (components/train/linear_start.py), or None
+    start_validation_value: Optional[float]  # the monitored value of the starting weights, before the first epoch
+    start_margin: Optional[float]  # how much lower an epoch had to score to replace them
     validation_percent: int
     validation_examples_estimate: int
     target_transform: Optional[str]
@@ -97,7 +100,7 @@ def rounded(value: Optional[float], digits: int) -> Optional[float]:
     return round(value, digits) if value is not None else None
 
 
-def build_report(plan, run, model, dataset, smearing: float) -> TrainReport:
+def build_report(plan, run, model, dataset, smearing: float, start=None) -> TrainReport:
     """The report of a finished run: `plan` and `run` are components.train.logic's Plan and
     Fit (after the export: the compute-only timing's extra steps
     change only the in-memory model)."""
@@ -127,6 +130,9 @@ def build_report(plan, run, model, dataset, smearing: float) -> TrainReport:
         train_seconds=round(run.seconds, 2), epochs=s.epochs, epochs_run=len(history["loss"]),
         early_stopping_monitor=stopper.monitor if stopper else None,
         best_epoch=(stopper.best_epoch + 1) if kept else None,
+        linear_start=f"{start.fit.name} on {start.fit_rows} train rows" if start is not None else None,
+        start_validation_value=getattr(stopper, "start_value", None),
+        start_margin=getattr(stopper, "start_margin", None) if start is not None else None,
         validation_percent=plan.held_out,
         validation_examples_estimate=plan.train_rows - plan.fit_rows if plan.held_out else 0,
         target_transform=plan.target if s.task == "regression" else None,

@@ -164,6 +164,11 @@ class TrainSettings(Strict):
                             "or log(1 + y) standardised; auto: log when the label is never negative and skewed "
                             "(train statistics: 3 (mean - median) / std >= 0.5). The serving signatures return the "
                             "label's own units either way, and the reported rmse is in them")
+    linear_start: bool = Field(
+        True, description="the built-in families contain the linear model (LogisticRegression or Ridge fitted on "
+                          "the train rows before training, as evaluate's baseline) and start from it, the network "
+                          "a residual beside it starting at zero; early stopping also scores the starting weights "
+                          "and the best are kept. Ignored with custom_model")
     lr_schedule: Optional[LearningRateSchedule] = Field(None, description="unset: a constant learning rate")
     profile_steps: Optional[Tuple[int, int]] = Field(
         None, description="[first, last] step of one epoch to profile into the TensorBoard logs (Profile tab)")

@@ -1,0 +1,162 @@
+"""The linear model of a split's examples, shared by train (the default model starts from
+it: components/train/linear_start.py) and evaluate (the baseline beside every evaluation:
+components/evaluate/linear.py): scikit-learn's LogisticRegression (classification) or
+Ridge (regression) on one design.
+
+The design (`LinearDesign`, fixed on the rows it is fitted on): per numeric feature the
+value imputed with the median and standardised, and a missing indicator; per categorical
+feature one column for the values outside its `LINEAR_MAX_CATEGORIES` most frequent ones
+(and values unseen when fitted), then one for each of them. Train builds the same design
+inside the model from the same constants, so the model's linear part computes exactly what
+was fitted here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from components.contracts.examples import split_files
+
+LINEAR_MAX_TRAIN_ROWS = 50_000
+LINEAR_MAX_CATEGORIES = 100
+_READ_BATCH = 4096
+
+
+def read_split(examples_dir: str, split: str, label: str, kinds: Dict[str, str], regression: bool,
+               stride: int = 1) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+    """Every `stride`-th example of a split as columns: numeric float (NaN when missing),
+    categorical bytes (b"" when missing); and the labels (text for classes)."""
+    import tensorflow as tf
+
+    spec = {label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
+    for name, kind in kinds.items():
+        spec[name] = (tf.io.FixedLenFeature([], tf.float32, default_value=math.nan) if kind == "numeric" else
+                      tf.io.FixedLenFeature([], tf.string, default_value=""))
+    dataset = tf.data.TFRecordDataset(split_files(examples_dir, split), compression_type="GZIP")
+    if stride > 1:
+        dataset = dataset.shard(stride, 0)
+    columns: Dict[str, List[np.ndarray]] = {name: [] for name in spec}
+    for batch in dataset.batch(_READ_BATCH):
+        parsed = tf.io.parse_example(batch, spec)
+        for name in spec:
+            columns[name].append(parsed[name].numpy())
+    out = {name: np.concatenate(parts) if parts else np.empty(0) for name, parts in columns.items()}
+    y = out.pop(label)
+    if not regression:
+        values, inverse = np.unique(y, return_inverse=True)
+        y = np.array([v.decode("utf-8") for v in values], dtype=object)[inverse]
+    return out, y
+
+
+@dataclass(frozen=True)
+class NumericColumn:
+    name: str
+    fill: float  # the median of the fitted rows
+    mean: float  # of the filled values
+    std: float
+
+
+@dataclass(frozen=True)
+class CategoricalColumn:
+    name: str
+    values: List[bytes]  # most frequent first; the design's column 0 is every other value
+
+
+@dataclass(frozen=True)
+class LinearDesign:
+    numeric: List[NumericColumn]
+    categorical: List[CategoricalColumn]
+
+    @property
+    def width(self) -> int:
+        return 2 * len(self.numeric) + sum(len(c.values) + 1 for c in self.categorical)
+
+
+def fit_design(columns: Dict[str, np.ndarray], numeric: List[str], categorical: List[str]) -> LinearDesign:
+    """The design's constants from the rows it is fitted on (read_split's columns)."""
+    import pandas as pd
+
+    nums = []
+    for name in numeric:
+        values = columns[name].astype(np.float64)
+        fill = float(np.nanmedian(values)) if np.isfinite(values).any() else 0.0
+        filled = np.where(np.isnan(values), fill, values)
+        nums.append(NumericColumn(name, fill, float(filled.mean()) if len(filled) else 0.0,
+                                  float(filled.std()) if len(filled) and filled.std() > 0 else 1.0))
+    cats = [CategoricalColumn(name, list(pd.Series(columns[name]).value_counts().index[:LINEAR_MAX_CATEGORIES]))
+            for name in categorical]
+    return LinearDesign(nums, cats)
+
+
+def design_matrix(design: LinearDesign, columns: Dict[str, np.ndarray]):
+    """Sparse [rows, design.width]: the numeric values standardised, their missing
+    indicators, then each categorical feature's one-hot block (other values first)."""
+    import pandas as pd
+    from scipy import sparse
+
+    blocks, indicators = [], []
+    for c in design.numeric:
+        x = columns[c.name].astype(np.float64)
+        missing = np.isnan(x)
+        blocks.append(sparse.csr_matrix(((np.where(missing, c.fill, x) - c.mean) / c.std)[:, None]))
+        indicators.append(sparse.csr_matrix(missing.astype(np.float64)[:, None]))
+    blocks += indicators
+    for c in design.categorical:
+        codes = pd.Categorical(columns[c.name], categories=c.values).codes.astype(np.int64) + 1  # -1 (other) -> 0
+        rows = len(codes)
+        blocks.append(sparse.csr_matrix((np.ones(rows), (np.arange(rows), codes)), shape=(rows, len(c.values) + 1)))
+    return sparse.hstack(blocks).tocsr()
+
+
+@dataclass
+class LinearFit:
+    """A fitted linear model: `predict(matrix)` gives [rows, classes] probabilities in
+    `classes`' order (a class absent from the fitted rows gets 0), or [rows] values; `coef`
+    [design width, outputs] and `intercept` [outputs] are its logits' (classification, one
+    per class of `classes`) or its prediction's weights."""
+
+    name: str
+    coef: np.ndarray
+    intercept: np.ndarray
+    regression: bool
+
+    def logits(self, matrix) -> np.ndarray:
+        return np.asarray(matrix @ self.coef) + self.intercept
+
+    def predict(self, matrix) -> np.ndarray:
+        z = self.logits(matrix)
+        if self.regression:
+            return z[:, 0]
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+
+ABSENT_CLASS_LOGIT = -30.0
+
+
+def fit_linear(matrix, y: np.ndarray, regression: bool, classes: List[str]) -> LinearFit:
+    """Ridge (alpha 1) on float targets, or LogisticRegression (L2, C 1, lbfgs) on class
+    names, as logits over `classes` (a binary model's one weight vector becomes the logit of
+    the second class, the first's 0: the same probabilities under softmax)."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    if regression:
+        model = Ridge(alpha=1.0).fit(matrix, y.astype(np.float64))
+        return LinearFit("Ridge", np.asarray(model.coef_, dtype=np.float64).reshape(-1, 1),
+                         np.array([float(model.intercept_)]), True)
+    model = LogisticRegression(max_iter=2000).fit(matrix, y)
+    learnt = list(model.classes_)
+    coef = np.zeros((matrix.shape[1], len(classes)))
+    intercept = np.full(len(classes), ABSENT_CLASS_LOGIT)
+    if len(learnt) == 2:
+        rows = {learnt[0]: (np.zeros(matrix.shape[1]), 0.0), learnt[1]: (model.coef_[0], float(model.intercept_[0]))}
+    else:
+        rows = {c: (model.coef_[i], float(model.intercept_[i])) for i, c in enumerate(learnt)}
+    for i, c in enumerate(classes):
+        if c in rows:
+            coef[:, i], intercept[i] = rows[c]
+    return LinearFit("LogisticRegression", coef, intercept, False)

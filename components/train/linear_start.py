@@ -1,0 +1,245 @@
+"""The linear start (training.linear_start, on by default for the built-in families): the
+model contains the linear model and training starts from it.
+
+Before training, LogisticRegression or Ridge (components/contracts/linear.py) is fitted on
+the train split in the design evaluate's baseline uses: the model starts as that baseline.
+The model gets a linear part over every feature in that
+design (numbers median-imputed and standardised with a missing indicator, categories
+one-hot over their most frequent values), initialised with the fitted weights, and the
+family's network becomes a residual beside it: its output layer starts at zero, so the
+untrained model is the linear model. Early stopping scores the validation slice before the
+first epoch too (an epoch must beat them by one standard error of the slice's mean loss),
+and the best weights (the starting ones included) are restored at the end, also when
+training runs to its cap: on the validation slice the trained model is at least the linear
+one, and it is the linear one unless an epoch is clearly better.
+
+Regression with `training.target_transform: auto` and a label that is never negative: the
+linear model is cross-validated on the fitted rows on both targets (the label standardised,
+and log(1 + y) standardised, mapped back with Duan's smearing) and the target whose linear
+model scores the better rmse, in the label's units, is the one the network learns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from components.contracts import names
+from components.contracts.features import FeatureSpecs
+from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
+                                         fit_linear, read_split)
+
+LINEAR_LAYER = "linear_start"
+
+
+@dataclass
+class LinearStart:
+    design: LinearDesign
+    fit: LinearFit
+    fit_rows: int
+    target: str  # regression: the target the fit (and the network) learns, "standardize" or "log"
+    why: str  # regression: why that target (the transform's choice)
+    specs: FeatureSpecs  # what the network is built on (for a log target, log(1 + y)'s mean and deviation)
+    choice_rmse: Optional[float] = None  # regression: the chosen target linear model's cross-validated rmse
+
+
+def _kinds(specs: FeatureSpecs):
+    return {**{f.name: "numeric" for f in specs.numeric}, **{f.name: "categorical" for f in specs.categorical}}
+
+
+def _rmse(a, b) -> float:
+    return float(np.sqrt(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)))
+
+
+def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target: str, why: str,
+                     model_specs: FeatureSpecs, setting: str) -> Optional[LinearStart]:
+    """The linear fit the model starts from: evaluate's baseline, on the train split's rows
+    (every k-th of them past LINEAR_MAX_TRAIN_ROWS, as evaluate), in the same design; None
+    when they hold one class only. Regression: see the module's docstring for the
+    target; `target`, `why`, `model_specs` are the transform's statistics-based choice."""
+    from components.train.logic import regression_target
+    from components.train.target import LOG, STANDARDIZE
+
+    regression = specs.task == "regression"
+    kinds = _kinds(specs)
+    numeric, categorical = [f.name for f in specs.numeric], [f.name for f in specs.categorical]
+    rows = int(train_stats.num_examples)
+    stride = max(1, math.ceil(rows / LINEAR_MAX_TRAIN_ROWS))
+    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride)
+    if not regression and len(set(y)) < 2:
+        return None
+    design = fit_design(x, numeric, categorical)
+    matrix = design_matrix(design, x)
+    if not regression:
+        return LinearStart(design, fit_linear(matrix, y, False, specs.classes), len(y), STANDARDIZE, "", specs)
+
+    def scaled(transform: str, on: FeatureSpecs, values):
+        t = np.log1p(np.maximum(values, 0.0)) if transform == LOG else values.astype(np.float64)
+        return (t - (on.label_mean or 0.0)) / (on.label_std or 1.0)
+
+    candidates = [(target, why, model_specs)]
+    if setting == "auto" and len(y) >= 5 * CHOICE_FOLDS and float(np.min(y)) >= 0:
+        other = STANDARDIZE if target == LOG else LOG
+        candidates.append((other, *regression_target(specs, train_stats, other)[1:]))
+    if len(candidates) == 1:
+        return LinearStart(design, fit_linear(matrix, scaled(target, model_specs, y), True, []), len(y), target, why,
+                           model_specs)
+    scored = [(_cross_validated_rmse(matrix, y, transform, lambda v, t=transform, o=on: scaled(t, o, v), on),
+               transform, on) for transform, _, on in candidates]
+    rmse, transform, on = min(scored, key=lambda c: c[0])
+    summary = ", ".join(f"{_TARGETS[t]} {r:.4g}" for r, t, _ in scored)
+    return LinearStart(design, fit_linear(matrix, scaled(transform, on, y), True, []), len(y), transform,
+                       f"the linear model's {CHOICE_FOLDS}-fold rmse on the train rows: {summary}", on, rmse)
+
+
+CHOICE_FOLDS = 5
+_TARGETS = {"standardize": "the label standardised", "log": "log(1 + y) standardised"}
+
+
+def _cross_validated_rmse(matrix, y: np.ndarray, transform: str, scaled, on: FeatureSpecs) -> float:
+    """The linear model's rmse in the label's units, by CHOICE_FOLDS-fold cross-validation
+    on the fitted rows, learning `scaled(y)` (for log(1 + y): mapped back with Duan's
+    smearing from each fold's fitted rows)."""
+    from sklearn.model_selection import KFold
+
+    std, mean = on.label_std or 1.0, on.label_mean or 0.0
+    errors = []
+    for fit_rows, held in KFold(CHOICE_FOLDS, shuffle=True, random_state=0).split(y):
+        fit = fit_linear(matrix[fit_rows], scaled(y[fit_rows]), True, [])
+        u = fit.predict(matrix[held]) * std + mean
+        if transform == "log":
+            fitted = fit.predict(matrix[fit_rows]) * std + mean
+            smear = float(np.mean(np.exp(np.log1p(np.maximum(y[fit_rows], 0.0)) - fitted)))
+            u = np.maximum(np.exp(u) * smear - 1.0, 0.0)
+        errors.append(np.asarray(u - y[held], np.float64) ** 2)
+    return float(np.sqrt(np.mean(np.concatenate(errors))))
+
+
+def with_linear_start(examples_dir: str, statistics_dir: str, plan):
+    """(the plan, its regression target as the linear start chose it; the start), or (the
+    plan, None) when the train rows hold one class."""
+    import dataclasses
+
+    from components.contracts.statistics import load_statistics
+
+    s = plan.settings
+    stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
+    start = fit_linear_start(examples_dir, plan.specs, stats, plan.target, plan.target_why, plan.model_specs,
+                             s.target_transform)
+    if start is None:
+        return plan, None
+    return dataclasses.replace(plan, target=start.target, target_why=start.why, model_specs=start.specs), start
+
+
+class LinearDesignNumeric(tf_keras.layers.Layer):
+    """[batch, numeric features] raw values (NaN missing) -> [batch, 2 x features]: each
+    imputed with `fill` and standardised, then the missing indicators (the linear design's
+    numeric columns)."""
+
+    def __init__(self, fill: List[float], mean: List[float], std: List[float], **kwargs):
+        super().__init__(**kwargs)
+        self.fill, self.mean, self.std = list(fill), list(mean), list(std)
+
+    def call(self, inputs):
+        x = tf.cast(inputs, tf.float32)
+        missing = tf.math.is_nan(x)
+        filled = tf.where(missing, tf.constant(self.fill, tf.float32), x)
+        return tf.concat([(filled - tf.constant(self.mean, tf.float32)) / tf.constant(self.std, tf.float32),
+                          tf.cast(missing, tf.float32)], axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "fill": self.fill, "mean": self.mean, "std": self.std}
+
+
+def linear_part(start: LinearStart, inputs) -> tf.Tensor:
+    """The linear model inside the network: [batch, outputs] logits (classification) or
+    the standardised target (regression), computed from the raw inputs exactly as the design
+    matrix, through one Dense layer (`LINEAR_LAYER`) whose weights `initialise` sets."""
+    parts = []
+    if start.design.numeric:
+        columns = [inputs[c.name] for c in start.design.numeric]
+        x = tf_keras.layers.Concatenate(name="linear_numeric_raw")(columns) if len(columns) > 1 else columns[0]
+        parts.append(LinearDesignNumeric([c.fill for c in start.design.numeric], [c.mean for c in start.design.numeric],
+                                         [c.std for c in start.design.numeric], dtype="float32",
+                                         name="linear_numeric")(x))
+    for c in start.design.categorical:
+        vocabulary = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in c.values]
+        parts.append(tf_keras.layers.StringLookup(vocabulary=vocabulary, num_oov_indices=1, output_mode="one_hot",
+                                                  dtype="float32", name=f"{c.name}_linear_onehot")(inputs[c.name]))
+    x = tf_keras.layers.Concatenate(name="linear_design")(parts) if len(parts) > 1 else parts[0]
+    return tf_keras.layers.Dense(start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER)(x)
+
+
+def initialise(model: tf_keras.Model, start: LinearStart) -> tf_keras.Model:
+    """The model, its linear part's weights set to the fitted model's."""
+    model.get_layer(LINEAR_LAYER).set_weights([start.fit.coef.astype(np.float32),
+                                               start.fit.intercept.astype(np.float32)])
+    return model
+
+
+def residual_head(specs: FeatureSpecs, x, linear) -> tf.Tensor:
+    """The output on the network's last layer `x` as a residual to `linear`: a head
+    starting at zero (kernel and bias) added to the linear part, then softmax for classes,
+    or the Rescaling to the label's units for regression (the names of model.output_layer)."""
+    from components.train.model import PREDICTIONS
+
+    zero = {"kernel_initializer": "zeros", "bias_initializer": "zeros", "dtype": "float32"}
+    regression = specs.task == "regression"
+    z = tf_keras.layers.Dense(1 if regression else len(specs.classes), name="residual_head", **zero)(x)
+    z = tf_keras.layers.Add(dtype="float32", name="linear_plus_residual")([linear, z])
+    if regression:
+        return tf_keras.layers.Rescaling(specs.label_std or 1.0, offset=specs.label_mean or 0.0, dtype="float32",
+                                         name=PREDICTIONS)(z)
+    return tf_keras.layers.Activation("softmax", dtype="float32", name=names.PROBABILITIES)(z)
+
+
+class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
+    """tf_keras' EarlyStopping whose candidates include the weights training starts from
+    (the linear start): `validation` is scored before the first epoch and is the best until
+    an epoch beats it, for val_loss by more than one standard error of the start's mean
+    loss per row (`start_margin`: a slice of tens of rows is noisy, and the start is the
+    model evaluate's baseline is); the best weights are restored when training ends, also
+    at the cap (`best_epoch` -1: the starting weights were kept)."""
+
+    def __init__(self, validation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.validation = validation
+        self.start_value: Optional[float] = None
+        self.start_margin = 0.0
+
+    def _start_margin(self) -> float:
+        """One standard error of the mean per-row loss (squared error or cross-entropy) of
+        the current weights on the validation slice."""
+        losses = []
+        for features, target in self.validation:
+            out = tf.cast(self.model(features, training=False), tf.float32)
+            if out.shape[-1] == 1:
+                losses.append(tf.square(tf.reshape(tf.cast(target, tf.float32), [-1]) - tf.reshape(out, [-1])))
+            else:
+                picked = tf.gather(out, tf.maximum(tf.cast(target, tf.int32), 0), batch_dims=1)
+                losses.append(-tf.math.log(tf.maximum(picked, 1e-7)))
+        values = np.concatenate([v.numpy() for v in losses]) if losses else np.empty(0)
+        return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if self.validation is None or not self.monitor.startswith("val_"):
+            return
+        scores = self.model.evaluate(self.validation, verbose=0, return_dict=True)
+        value = scores.get(self.monitor[len("val_"):])
+        if value is not None and math.isfinite(value):
+            self.start_value = float(value)
+            self.start_margin = self._start_margin() if self.monitor == "val_loss" else 0.0
+            self.best, self.best_epoch = self.start_value - self.start_margin, -1
+            self.best_weights = self.model.get_weights()
+            print(f"early stopping: {self.monitor} {value:.5g} before the first epoch (the linear start); an epoch "
+                  f"replaces it below {self.best:.5g} (one standard error lower)", flush=True)
+
+    def on_train_end(self, logs=None):
+        if self.restore_best_weights and self.best_weights is not None and not self.stopped_epoch:
+            self.model.set_weights(self.best_weights)  # ran to the cap: EarlyStopping itself restores only on a stop
+        super().on_train_end(logs)
