@@ -305,7 +305,7 @@ def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(tmp_p
     assert written == report
     assert list(written) == [
         "examples_per_second", "train_seconds", "epochs", "epochs_run", "early_stopping_monitor", "best_epoch",
-        "validation_percent", "validation_examples_estimate", "target_transform", "target_transform_why",
+        "linear_start", "start_validation_value", "start_margin", "validation_percent", "validation_examples_estimate", "target_transform", "target_transform_why",
         "log_target_smearing", "steps_per_epoch", "optimizer_steps", "train_function_traces", "resumed_from_step",
         "preemptions", "resumes", "steps_lost", "interruptions", "first_epoch_seconds", "steady_epoch_seconds",
         "step_seconds_p50", "step_seconds_p95", "compute_only_step_seconds_p50", "input_wait_fraction",
