@@ -158,7 +158,10 @@ class LinearDesignNumeric(tf_keras.layers.Layer):
 def linear_part(start: LinearStart, inputs) -> tf.Tensor:
     """The linear model inside the network: [batch, outputs] logits (classification) or
     the standardised target (regression), computed from the raw inputs exactly as the design
-    matrix, through one Dense layer (`LINEAR_LAYER`) whose weights `initialise` sets."""
+    matrix, through one Dense layer (`LINEAR_LAYER`) whose weights `initialise` sets. It is
+    not trained further: the fit is already the regularised optimum, and the network learns
+    what it leaves (measured: trained along, the first epochs move it off that optimum and
+    the validation loss rises)."""
     parts = []
     if start.design.numeric:
         columns = [inputs[c.name] for c in start.design.numeric]
@@ -171,7 +174,7 @@ def linear_part(start: LinearStart, inputs) -> tf.Tensor:
         parts.append(tf_keras.layers.StringLookup(vocabulary=vocabulary, num_oov_indices=1, output_mode="one_hot",
                                                   dtype="float32", name=f"{c.name}_linear_onehot")(inputs[c.name]))
     x = tf_keras.layers.Concatenate(name="linear_design")(parts) if len(parts) > 1 else parts[0]
-    return tf_keras.layers.Dense(start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER)(x)
+    return tf_keras.layers.Dense(start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER, trainable=False)(x)
 
 
 def initialise(model: tf_keras.Model, start: LinearStart) -> tf_keras.Model:
@@ -200,9 +203,10 @@ def residual_head(specs: FeatureSpecs, x, linear) -> tf.Tensor:
 class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
     """tf_keras' EarlyStopping whose candidates include the weights training starts from
     (the linear start): `validation` is scored before the first epoch and is the best until
-    an epoch beats it, for val_loss by more than one standard error of the start's mean
-    loss per row (`start_margin`: a slice of tens of rows is noisy, and the start is the
-    model evaluate's baseline is); the best weights are restored when training ends, also
+    an epoch beats it, for val_loss by more than one standard error of the mean per-row
+    difference between the start's loss and the epoch's on the same rows (`start_margin`,
+    the last one computed: a slice of tens of rows is noisy, and the start is the model
+    evaluate's baseline is); the best weights are restored when training ends, also
     at the cap (`best_epoch` -1: the starting weights were kept)."""
 
     def __init__(self, validation=None, **kwargs):
@@ -210,10 +214,11 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         self.validation = validation
         self.start_value: Optional[float] = None
         self.start_margin = 0.0
+        self._start_rows: Optional[np.ndarray] = None
 
-    def _start_margin(self) -> float:
-        """One standard error of the mean per-row loss (squared error or cross-entropy) of
-        the current weights on the validation slice."""
+    def _row_losses(self) -> np.ndarray:
+        """The current weights' loss per row of the validation slice (squared error on the
+        target's scale, or cross-entropy), in the slice's fixed order."""
         losses = []
         for features, target in self.validation:
             out = tf.cast(self.model(features, training=False), tf.float32)
@@ -222,8 +227,7 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
             else:
                 picked = tf.gather(out, tf.maximum(tf.cast(target, tf.int32), 0), batch_dims=1)
                 losses.append(-tf.math.log(tf.maximum(picked, 1e-7)))
-        values = np.concatenate([v.numpy() for v in losses]) if losses else np.empty(0)
-        return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+        return np.concatenate([v.numpy() for v in losses]) if losses else np.empty(0)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -233,11 +237,19 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         value = scores.get(self.monitor[len("val_"):])
         if value is not None and math.isfinite(value):
             self.start_value = float(value)
-            self.start_margin = self._start_margin() if self.monitor == "val_loss" else 0.0
-            self.best, self.best_epoch = self.start_value - self.start_margin, -1
+            self._start_rows = self._row_losses() if self.monitor == "val_loss" else None
+            self.best, self.best_epoch = self.start_value, -1
             self.best_weights = self.model.get_weights()
             print(f"early stopping: {self.monitor} {value:.5g} before the first epoch (the linear start); an epoch "
-                  f"replaces it below {self.best:.5g} (one standard error lower)", flush=True)
+                  "replaces it when lower by one standard error of the per-row difference", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.best_epoch == -1 and self._start_rows is not None and len(self._start_rows) > 1:
+            diff = self._start_rows - self._row_losses()  # paired: the same rows, the start's loss minus this epoch's
+            if len(diff) == len(self._start_rows):
+                self.start_margin = float(diff.std(ddof=1) / np.sqrt(len(diff)))
+                self.best = self.start_value - self.start_margin  # the bar this epoch must pass
+        super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
         if self.restore_best_weights and self.best_weights is not None and not self.stopped_epoch:
