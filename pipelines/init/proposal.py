@@ -24,7 +24,7 @@ from pipelines.init.sample import SAMPLE_ROWS, sample_table
 # slice of train usually ends training well before it), between MIN_EPOCHS and MAX_EPOCHS.
 TARGET_STEPS = 20_000
 MIN_EPOCHS, MAX_EPOCHS = 20, 300
-SMALL_TABLE_ROWS = 10_000  # below: batch_size 32 and learning rate 0.01; else 256 and 0.001
+SMALL_TABLE_ROWS = 10_000  # below: batch_size 32 and learning rate 0.003; else 256 and 0.001
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Proposal:
     left_out: List[Tuple[str, str]] = field(default_factory=list)  # (column, reason)
     batch_size: int = 32
     epochs: int = 10
-    learning_rate: float = 0.01
+    learning_rate: float = 0.003
     label_missing: float = 0.0  # share of sampled rows without a label
 
     threshold = "from the eval split at run time"  # what the gate's threshold is (`gpupipe init` prints it)
@@ -101,4 +101,4 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
         left_out=left_out, codes=proposed_codes, batch_size=batch_size,
         label_missing=table.column(label).null_count / rows,
         epochs=min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS / steps_per_epoch))),
-        learning_rate=0.01 if rows < SMALL_TABLE_ROWS else 0.001)
+        learning_rate=0.003 if rows < SMALL_TABLE_ROWS else 0.001)
