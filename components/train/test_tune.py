@@ -68,6 +68,10 @@ def test_accuracy_is_maximised():
     assert tune.objective(TrainSettings(task="regression", tune=TuneSettings())) == ("val_loss", "min")
     report = {"early_stopping_monitor": "val_accuracy", "best_epoch": None, "history": {"val_accuracy": [0.5, 0.9]}}
     assert tune.score(report, "val_accuracy", "max") == 0.9
+    # best epoch 0: the linear start was kept, and its value before the first epoch is the trial's
+    kept = {"early_stopping_monitor": "val_loss", "best_epoch": 0, "start_validation_value": 0.2,
+            "history": {"val_loss": [0.3, 0.25]}}
+    assert tune.score(kept, "val_loss", "min") == 0.2
 
 
 def test_the_budgets_stop_the_search(tmp_path):

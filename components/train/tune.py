@@ -56,6 +56,8 @@ def score(report: dict, metric: str, direction: str) -> float:
     best = report.get("best_epoch")
     if best:
         return float(values[best - 1])
+    if best == 0 and report.get("start_validation_value") is not None:  # the linear start was kept
+        return float(report["start_validation_value"])
     return float(min(values) if direction == "min" else max(values))
 
 
