@@ -190,6 +190,11 @@ def _check_trivial(metric: str, value: float, trivial: Trivial) -> Tuple[bool, s
                    f"{metric} {value:.4f} does not beat {what}: the model learnt nothing it can show")
 
 
+# Relative difference from the linear baseline that float32 rounding alone makes (the
+# model that kept its linear start is the baseline: 53.674427 against 53.674426 on diabetes).
+ROUNDING = 1e-5
+
+
 def bless_model(evaluation: Evaluation, metric: str, threshold: float, thresholds: Optional[Dict[str, dict]] = None,
                 baseline: Optional[Evaluation] = None, baseline_version: Optional[int] = None,
                 trivial: Optional[Trivial] = None, linear: Optional[Evaluation] = None) -> Blessing:
@@ -218,7 +223,9 @@ def bless_model(evaluation: Evaluation, metric: str, threshold: float, threshold
         passes.append(f"{metric} {evaluation.metrics[metric]:.4f}: no fixed threshold (evaluation.threshold 0)")
     if linear is not None:
         value, score = evaluation.metrics[metric], linear.metrics[metric]
-        worse = value > score if metric in LOWER_IS_BETTER else value < score
+        # the same linear function in the model's float32 and scikit-learn's float64 differs in the
+        # sixth or seventh digit: not worse within that
+        worse = value > score * (1 + ROUNDING) if metric in LOWER_IS_BETTER else value < score * (1 - ROUNDING)
         line = (f"{metric} {value:.4f} vs the linear baseline ({linear.linear_model} on the same train split and "
                 f"features) {score:.4f} on the eval split")
         if worse:
@@ -321,10 +328,10 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     linear, why = linear_evaluation(examples_dir, predictions)
     if linear is not None:
         evaluation.linear, evaluation.linear_model = dict(linear.metrics), linear.linear_model
-    elif settings.must_beat_baseline:
+    elif settings.must_beat_baseline and "must_beat_baseline" in settings.model_fields_set:
         raise GpupipeError(f"evaluation.must_beat_baseline: no linear baseline for {examples_dir} ({why}); set "
                            "evaluation.must_beat_baseline: false")
-    else:
+    else:  # on by default: the gate goes on without it, and says so
         print(f"note: evaluate: no linear baseline: {why}", flush=True)
     baseline, baseline_version = None, None
     if serving_base and model_name:

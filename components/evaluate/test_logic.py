@@ -251,3 +251,37 @@ def test_the_linear_baseline_is_reported_beside_the_model_and_gates_with_must_be
     off, _ = run_evaluate(model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "c"),
                           report_md=str(tmp_path / "r2.md"), settings=EvaluationSettings(metric="accuracy"))
     assert off.linear == linear  # reported either way, and the same fit
+
+
+def test_must_beat_baseline_is_on_by_default_and_allows_only_float32_rounding():
+    """On by default (issue #27): a candidate equal to the linear baseline but for float32
+    rounding (the model that kept its linear start) is not worse; one a little further off is."""
+    assert EvaluationSettings(metric="rmse").must_beat_baseline is True
+    linear = Evaluation(metrics={"rmse": 53.674426}, classes=[], confusion_matrix=[], linear_model="Ridge")
+
+    def gate(rmse):
+        return bless_model(Evaluation(metrics={"rmse": rmse}, classes=[], confusion_matrix=[]), "rmse", 0.0,
+                           linear=linear)
+
+    assert gate(53.674427).blessed  # 2e-8 relative: rounding
+    assert gate(53.0).blessed  # better
+    worse = gate(53.6752)  # 1.4e-5 relative: worse
+    assert not worse.blessed and worse.reasons[0].endswith(": worse (evaluation.must_beat_baseline)")
+
+
+def test_without_a_baseline_the_default_gate_notes_it_and_an_explicit_one_fails(tmp_path, penguin_model,
+                                                                                   penguin_examples, capsys,
+                                                                                   monkeypatch):
+    import components.evaluate.logic as logic
+
+    monkeypatch.setattr(logic, "linear_evaluation", lambda examples, pred: (None, "the train split holds one class"))
+    evaluation, blessing = run_evaluate(
+        model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "b"),
+        report_md=str(tmp_path / "r.md"), settings=EvaluationSettings(metric="accuracy"))
+    assert blessing.blessed and not evaluation.linear
+    assert "note: evaluate: no linear baseline: the train split holds one class" in capsys.readouterr().out
+    with pytest.raises(GpupipeError, match="evaluation.must_beat_baseline: no linear baseline for .* set "
+                                           "evaluation.must_beat_baseline: false"):
+        run_evaluate(model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "c"),
+                     report_md=str(tmp_path / "r2.md"),
+                     settings=EvaluationSettings(metric="accuracy", must_beat_baseline=True))

@@ -8,7 +8,7 @@ design (numbers median-imputed and standardised with a missing indicator, catego
 one-hot over their most frequent values), initialised with the fitted weights, and the
 family's network becomes a residual beside it: its output layer starts at zero, so the
 untrained model is the linear model. Early stopping scores the validation slice before the
-first epoch too (an epoch must beat them by one standard error of the slice's mean loss),
+first epoch too (an epoch must beat them by two standard errors of the slice's mean loss),
 and the best weights (the starting ones included) are restored at the end, also when
 training runs to its cap: on the validation slice the trained model is at least the linear
 one, and it is the linear one unless an epoch is clearly better.
@@ -200,10 +200,18 @@ def residual_head(specs: FeatureSpecs, x, linear) -> tf.Tensor:
     return tf_keras.layers.Activation("softmax", dtype="float32", name=names.PROBABILITIES)(z)
 
 
+# How many standard errors of the paired per-row difference an epoch's validation loss must
+# be below the linear start's to replace it. Every epoch of up to training.epochs is one more
+# comparison with the start, so one standard error (a one-sided 16% chance per epoch of a
+# network no better than the start passing) let a lucky epoch replace the start on small
+# slices; at two, 2.3% per epoch.
+START_MARGIN = 2.0
+
+
 class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
     """tf_keras' EarlyStopping whose candidates include the weights training starts from
     (the linear start): `validation` is scored before the first epoch and is the best until
-    an epoch beats it, for val_loss by more than one standard error of the mean per-row
+    an epoch beats it, for val_loss by more than START_MARGIN standard errors of the mean per-row
     difference between the start's loss and the epoch's on the same rows (`start_margin`,
     the last one computed: a slice of tens of rows is noisy, and the start is the model
     evaluate's baseline is); the best weights are restored when training ends, also
@@ -241,13 +249,13 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
             self.best, self.best_epoch = self.start_value, -1
             self.best_weights = self.model.get_weights()
             print(f"early stopping: {self.monitor} {value:.5g} before the first epoch (the linear start); an epoch "
-                  "replaces it when lower by one standard error of the per-row difference", flush=True)
+                  f"replaces it when lower by {START_MARGIN:g} standard errors of the per-row difference", flush=True)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.best_epoch == -1 and self._start_rows is not None and len(self._start_rows) > 1:
             diff = self._start_rows - self._row_losses()  # paired: the same rows, the start's loss minus this epoch's
             if len(diff) == len(self._start_rows):
-                self.start_margin = float(diff.std(ddof=1) / np.sqrt(len(diff)))
+                self.start_margin = START_MARGIN * float(diff.std(ddof=1) / np.sqrt(len(diff)))
                 self.best = self.start_value - self.start_margin  # the bar this epoch must pass
         super().on_epoch_end(epoch, logs)
 

@@ -104,9 +104,9 @@ def render(p: Proposal, command: str, path: str) -> str:
         "  # The model must beat a model that learnt nothing, scored by evaluate on the eval split at run time",
         f"  # ({p.threshold_why}; on the sampled rows it scores {p.sample_trivial:g}).",
         "  must_beat_trivial: true",
-        "  # true: a model worse than the linear baseline (LogisticRegression or Ridge on the same train split and",
+        "  # A model worse than the linear baseline (LogisticRegression or Ridge on the same train split and",
         "  # features, scored on the eval split and reported beside the model either way) is not blessed",
-        "  must_beat_baseline: false",
+        "  must_beat_baseline: true",
         f"  threshold: 0  # a fixed bound besides ({'an upper' if p.metric == 'rmse' else 'a lower'} bound on "
         f"{p.metric}); 0: none",
         "serving:",
