@@ -61,8 +61,7 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
     (every k-th of them past LINEAR_MAX_TRAIN_ROWS, as evaluate), in the same design; None
     when they hold one class only. Regression: see the module's docstring for the
     target; `target`, `why`, `model_specs` are the transform's statistics-based choice."""
-    from components.train.logic import regression_target
-    from components.train.target import LOG, STANDARDIZE
+    from components.train.target import LOG, STANDARDIZE, regression_target
 
     regression = specs.task == "regression"
     kinds = _kinds(specs)
@@ -188,7 +187,6 @@ def residual_head(specs: FeatureSpecs, x, linear) -> tf.Tensor:
     """The output on the network's last layer `x` as a residual to `linear`: a head
     starting at zero (kernel and bias) added to the linear part, then softmax for classes,
     or the Rescaling to the label's units for regression (the names of model.output_layer)."""
-    from components.train.model import PREDICTIONS
 
     zero = {"kernel_initializer": "zeros", "bias_initializer": "zeros", "dtype": "float32"}
     regression = specs.task == "regression"
@@ -196,7 +194,7 @@ def residual_head(specs: FeatureSpecs, x, linear) -> tf.Tensor:
     z = tf_keras.layers.Add(dtype="float32", name="linear_plus_residual")([linear, z])
     if regression:
         return tf_keras.layers.Rescaling(specs.label_std or 1.0, offset=specs.label_mean or 0.0, dtype="float32",
-                                         name=PREDICTIONS)(z)
+                                         name=names.PREDICTIONS)(z)
     return tf_keras.layers.Activation("softmax", dtype="float32", name=names.PROBABILITIES)(z)
 
 

@@ -23,13 +23,14 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 from components.contracts import names, storage
 from components.contracts.errors import reports_errors
 from components.contracts.examples import examples_pattern
-from components.contracts.features import FeatureSpecs, feature_statistics, specs_from_statistics
+from components.contracts.features import FeatureSpecs, specs_from_statistics
 from components.contracts.settings import Columns
 from components.train.data import scratch_directory
 from components.train.report import TrainReport, build_report, render_report
 from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted
 from components.train.runtime import is_chief
 from components.train.settings import TrainSettings
+from components.train.target import regression_target
 
 REPORT_MD = "report.md"
 
@@ -64,23 +65,6 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
         accumulate(model, k)
         build_optimizer_slots(model.optimizer, model.trainable_variables)
     return model
-
-
-def regression_target(specs: FeatureSpecs, train_stats, setting: str):
-    """(transform, why, the specs the network is built on): for a log target the label's
-    mean and deviation there are log(1 + y)'s, so the head's Rescaling standardises that."""
-    import dataclasses
-
-    from components.train.target import LOG, STANDARDIZE, choose_target_transform, log_target_moments
-
-    if specs.task != "regression":
-        return STANDARDIZE, "", specs
-    label_stats = feature_statistics(train_stats, specs.label)
-    transform, why = choose_target_transform(label_stats, setting)
-    if transform != LOG:
-        return transform, why, specs
-    mean, std = log_target_moments(label_stats)
-    return transform, why, dataclasses.replace(specs, label_mean=mean, label_std=std)
 
 
 def validation_slice(settings: TrainSettings, train_rows: int) -> int:

@@ -10,6 +10,8 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import tensorflow as tf
 import tf_keras
 
+from components.contracts.features import FeatureSpecs, feature_statistics
+
 # Regression targets (training.target_transform): what the network's head learns.
 STANDARDIZE, LOG = "standardize", "log"
 LOG_SKEW = 0.5  # auto: log(1 + y) when the label is never negative and 3 (mean - median) / std is at least this
@@ -93,3 +95,18 @@ class LabelUnitsRMSE(tf_keras.metrics.Metric):
 
     def get_config(self):
         return {**super().get_config(), "transform": self.transform}
+
+
+def regression_target(specs: FeatureSpecs, train_stats, setting: str):
+    """(transform, why, the specs the network is built on): for a log target the label's
+    mean and deviation there are log(1 + y)'s, so the head's Rescaling standardises that."""
+    import dataclasses
+
+    if specs.task != "regression":
+        return STANDARDIZE, "", specs
+    label_stats = feature_statistics(train_stats, specs.label)
+    transform, why = choose_target_transform(label_stats, setting)
+    if transform != LOG:
+        return transform, why, specs
+    mean, std = log_target_moments(label_stats)
+    return transform, why, dataclasses.replace(specs, label_mean=mean, label_std=std)

@@ -78,7 +78,7 @@ def test_the_regression_target_is_the_one_whose_linear_model_cross_validates_bet
     """A label linear in its feature, but skewed (the feature is): its statistics say log,
     the linear model's cross-validated rmse says the label itself, and that is learnt."""
     from components.train.linear_start import fit_linear_start
-    from components.train.logic import regression_target
+    from components.train.target import regression_target
 
     rng = np.random.default_rng(1)
     x = rng.exponential(1.0, 800)
