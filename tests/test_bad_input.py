@@ -397,6 +397,8 @@ def test_gpupipe_init_on_a_broken_tfrecord_file_is_one_line(tmp_path):
      "not a readable TFRecord file (record 301: truncated, the file ends inside it)"),
     ("penguins.tfrecord.gz", lambda gz, plain, sizes: __import__("gzip").compress(plain[:sum(sizes[:300]) + 5]),
      "not a readable TFRecord file (record 301: truncated, the file ends inside its length header)"),
+    ("penguins.tfrecord.gz", lambda gz, plain, sizes: gz[:-8] + bytes([gz[-8] ^ 0xFF]) + gz[-7:],
+     "a corrupted gzip stream (CRC check failed"),
     ("penguins.tfrecord.gz", lambda gz, plain, sizes: plain,
      "not gzip-compressed, though its name ends in .gz (it is a plain TFRecord file); rename it without .gz, or "
      "compress it"),

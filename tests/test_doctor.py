@@ -453,3 +453,17 @@ def test_the_priority_classes_the_jobs_name_must_exist_and_trials_rank_below_pro
     code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
     assert code == 0, errors(lines)
     assert "ok: WorkloadPriorityClass gpupipe-tuning (training.tune.priority_class), value -100" in lines
+
+
+def test_trials_in_the_task_pod_need_no_tuning_priority_class(capsys, kfp, cluster, tmp_path):
+    """With launcher: pod the trials train one after another in the task's own pod and carry no
+    WorkloadPriorityClass, so doctor asks for none."""
+    url, state, kubeconfig = cluster
+    data = yaml.safe_load((ROOT / "configs" / "ctr.yaml").read_text())
+    data["cluster"].update(queue="gpus")
+    data["training"]["tune"] = {"trials": 4}
+    data["training"]["pods"].update(launcher="pod", workers=1)
+    path = tmp_path / "in-pod.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
+    assert not [line for line in lines if "WorkloadPriorityClass" in line or "priority_class" in line], lines

@@ -312,3 +312,6 @@ def test_a_tuning_config_gets_its_trials_priority_class_below_production(ctr_con
     assert queue["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
     trial = trial_launch(Launch.from_json(launch_json(tuned)), "0", tuned.training.tune.priority_class)
     assert trial.labels["kueue.x-k8s.io/priority-class"] == classes[0]["metadata"]["name"]
+    # launcher: pod trains (and tunes) in the task's own pod: no trial names the class
+    in_pod = tenant_manifests(with_pods(tuned, launcher="pod", workers=1), "team-a", gpu_quota=4)
+    assert "WorkloadPriorityClass" not in [d["kind"] for d in in_pod]

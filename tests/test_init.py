@@ -105,7 +105,7 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
     assert text.startswith(f"# Proposed by `gpupipe init data/penguins.csv --label species -o {target}` from 344 "
                            "sampled rows (the whole file).")
     assert ("  # (always answering 'Adelie', the most frequent class; on the sampled rows it scores 0.4419).\n"
-            "  must_beat_trivial: true\n") in text and "\n  must_beat_baseline: true\n  threshold: 0  # " in text
+            "  must_beat_trivial: true\n") in text and "\n  # (must_beat_baseline: on unless set to false)\n  threshold: 0  # " in text
     assert "  #   year: integers with 3 distinct values in the sample: proposed as categorical codes" in text
     config = load_config(target)
     data = config.data

@@ -4,6 +4,7 @@ parallel_trials at once) against the Kubernetes API FIXTURE, with a controller s
 "trains" each trial by writing its report and model where the command says, then picks the
 best trial's model."""
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -129,7 +130,9 @@ def test_the_launcher_runs_each_trial_as_a_jobset_at_the_tuning_priority_and_kee
             controller.halt.set()
             controller.join()
     posts = [json.loads(json.dumps(o)) for k, o in cluster.objects.items() if k[1] == "jobsets"]
-    assert sorted(o["metadata"]["name"].rsplit("-", 1)[1] for o in posts) == ["t0", "t1", "t2", "t3"]
+    # <the run's job>-t<trial id>-<6 hex of its hyperparameters>: a retry re-attaches only to the same values
+    found = sorted(re.search(r"-t(\d+)-([0-9a-f]{6})$", o["metadata"]["name"]).groups() for o in posts)
+    assert [t for t, _ in found] == ["0", "1", "2", "3"] and len({h for _, h in found}) == 4
     assert [m for m, _ in cluster.requests].count("POST") == 4 and cluster.deleted == []
     for jobset in posts:
         labels = jobset["metadata"]["labels"]
@@ -142,7 +145,7 @@ def test_the_launcher_runs_each_trial_as_a_jobset_at_the_tuning_priority_and_kee
     best = min(tuning["trials"], key=lambda t: t["value"])
     assert tuning["best_trial"] == best["trial_id"] and len(tuning["trials"]) == 4
     # The step's model is the best trial's (its JobSet's name in the stand-in's model file).
-    assert Path(model, "saved_model.pb").read_text().endswith(f"-t{best['trial_id']}")
+    assert re.search(rf"-t{best['trial_id']}-[0-9a-f]{{6}}$", Path(model, "saved_model.pb").read_text())
     assert report["learning_rate"] == best["learning_rate"]
     assert json.loads(Path(report_dir, "report.json").read_text())["tuning"]["best_trial"] == best["trial_id"]
 

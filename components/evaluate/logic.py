@@ -328,10 +328,10 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     linear, why = linear_evaluation(examples_dir, predictions)
     if linear is not None:
         evaluation.linear, evaluation.linear_model = dict(linear.metrics), linear.linear_model
-    elif settings.must_beat_baseline and "must_beat_baseline" in settings.model_fields_set:
+    elif settings.must_beat_baseline is True:
         raise GpupipeError(f"evaluation.must_beat_baseline: no linear baseline for {examples_dir} ({why}); set "
                            "evaluation.must_beat_baseline: false")
-    else:  # on by default: the gate goes on without it, and says so
+    else:  # unset (on by default): the gate goes on without it, and says so
         print(f"note: evaluate: no linear baseline: {why}", flush=True)
     baseline, baseline_version = None, None
     if serving_base and model_name:
@@ -341,7 +341,7 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
             baseline = score_model(baseline_dir, examples_dir, list(settings.slices))
     blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
                            baseline_version, trivial if settings.must_beat_trivial else None,
-                           linear if settings.must_beat_baseline else None)
+                           linear if settings.must_beat_baseline is not False else None)
     write_blessing(blessing, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)

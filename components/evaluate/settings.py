@@ -48,13 +48,13 @@ class EvaluationSettings(Strict):
                            "eval split, computed by evaluate at run time: the best constant answer (the most "
                            "frequent class for accuracy, the class shares for log_loss and pr_auc, 0.5 for auc, "
                            "the mean for rmse, the median for mae)")
-    must_beat_baseline: bool = Field(
-        True, description="the primary metric must be at least as good as a linear baseline's (scikit-learn's "
-                           "LogisticRegression, or Ridge for regression, trained on the same train split and "
-                           "features, scored on the same eval split); the baseline is computed and reported beside "
-                           "the model either way; not worse within float32 rounding, 1e-5 relative. On by default; "
-                           "a table with no baseline (one class in train) is noted and gated without it, unless "
-                           "this is set explicitly")
+    must_beat_baseline: Optional[bool] = Field(
+        None, description="the primary metric must be at least as good as a linear baseline's (scikit-learn's "
+                          "LogisticRegression, or Ridge for regression, trained on the same train split and "
+                          "features, scored on the same eval split), not worse within float32 rounding (1e-5 "
+                          "relative); the baseline is computed and reported beside the model either way. Unset "
+                          "(the default): on, and a table with no baseline (one class in train) is noted and gated "
+                          "without it; true: such a table fails the step; false: off")
     change_threshold: Optional[ChangeThreshold] = Field(
         None, description="primary metric vs the model now served; skipped when nothing is served yet")
     thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")

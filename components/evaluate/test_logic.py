@@ -256,7 +256,7 @@ def test_the_linear_baseline_is_reported_beside_the_model_and_gates_with_must_be
 def test_must_beat_baseline_is_on_by_default_and_allows_only_float32_rounding():
     """On by default (issue #27): a candidate equal to the linear baseline but for float32
     rounding (the model that kept its linear start) is not worse; one a little further off is."""
-    assert EvaluationSettings(metric="rmse").must_beat_baseline is True
+    assert EvaluationSettings(metric="rmse").must_beat_baseline is None  # unset: on
     linear = Evaluation(metrics={"rmse": 53.674426}, classes=[], confusion_matrix=[], linear_model="Ridge")
 
     def gate(rmse):
@@ -275,9 +275,11 @@ def test_without_a_baseline_the_default_gate_notes_it_and_an_explicit_one_fails(
     import components.evaluate.logic as logic
 
     monkeypatch.setattr(logic, "linear_evaluation", lambda examples, pred: (None, "the train split holds one class"))
+    # as the pipeline hands the settings over: the whole section as JSON (pipelines/factory.py)
+    settings = EvaluationSettings.from_json(EvaluationSettings(metric="accuracy").model_dump_json())
     evaluation, blessing = run_evaluate(
         model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "b"),
-        report_md=str(tmp_path / "r.md"), settings=EvaluationSettings(metric="accuracy"))
+        report_md=str(tmp_path / "r.md"), settings=settings)
     assert blessing.blessed and not evaluation.linear
     assert "note: evaluate: no linear baseline: the train split holds one class" in capsys.readouterr().out
     with pytest.raises(GpupipeError, match="evaluation.must_beat_baseline: no linear baseline for .* set "

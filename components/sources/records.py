@@ -75,14 +75,13 @@ def tfrecord_batches(uri: str, max_records: Optional[int] = None) -> Iterator[pa
     from tfx_bsl.coders import example_coder
 
     local, tmp = uri, None
-    if storage.is_remote(uri):  # a local copy: TF's own filesystems need their own credentials (and none does s3://)
-        tmp = tempfile.NamedTemporaryFile(suffix=os.path.basename(uri), delete=False)
-        with open_for_reading(uri, "data.source") as src:
-            while chunk := src.read(8 << 20):
-                tmp.write(chunk)
-        tmp.close()
-        local = tmp.name
     try:
+        if storage.is_remote(uri):  # a local copy: TF's own filesystems need their own credentials (none does s3://)
+            tmp = tempfile.NamedTemporaryFile(suffix=os.path.basename(uri), delete=False)
+            with tmp, open_for_reading(uri, "data.source") as src:
+                while chunk := src.read(8 << 20):
+                    tmp.write(chunk)
+            local = tmp.name
         dataset = tf.data.TFRecordDataset(local, compression_type="GZIP" if is_gzip(uri) else "")
         if max_records:
             dataset = dataset.take(max_records)

@@ -125,7 +125,11 @@ def damage(local: str, uri: str, gz: bool, tf_message: str = "") -> str:
     fix = "re-export it, or leave it out of data.source"
     try:
         found = _walk(local, gz)
-    except gzip.BadGzipFile:
+    except gzip.BadGzipFile as err:
+        with open(local, "rb") as f:
+            magic = f.read(2)
+        if magic == b"\x1f\x8b":  # gzip, its stream damaged (a CRC or length in its trailer, or cut short)
+            return f"data.source: {uri}: a corrupted gzip stream ({err}); {fix}"
         if _is_plain_tfrecord(local):
             return (f"data.source: {uri}: not gzip-compressed, though its name ends in .gz (it is a plain TFRecord "
                     "file); rename it without .gz, or compress it")

@@ -2,6 +2,7 @@
 and its failures with a scripted trial; then four real trials through the train step on the
 penguins table, the best one's model becoming the step's model."""
 import json
+import math
 import os
 from pathlib import Path
 
@@ -178,3 +179,19 @@ def test_dropout_follows_each_layer_of_the_tower(penguin_examples):
 
     assert dropouts(TrainSettings(hidden_units=[16, 8], dropout=0.25)) == [0.25, 0.25]
     assert dropouts(TrainSettings(hidden_units=[16, 8])) == []  # the default: none
+
+
+def test_a_diverged_trial_is_recorded_as_failed_and_never_chosen(tmp_path):
+    """A NaN validation loss (a trial that diverged) fails that trial; the search goes on and
+    the best finished trial is chosen."""
+    calls = []
+
+    def value_of(s):
+        calls.append(s)
+        return float("nan") if len(calls) == 2 else distance_to(0.003)(s)
+
+    train_trial, _ = scripted(value_of)
+    result = tune.search(settings(trials=4), train_trial, str(tmp_path))
+    failed = [t for t in result["trials"] if t["status"] == "failed"]
+    assert len(failed) == 1 and "the trial diverged; narrow training.tune.learning_rate" in failed[0]["message"]
+    assert result["best_trial"] != failed[0]["trial_id"] and math.isfinite(result["best_value"])

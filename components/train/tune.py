@@ -14,7 +14,9 @@ training kept; the best trial's model is the step's model (no retraining) and th
 report is the best trial's, with every trial in `tuning.trials`."""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -166,6 +168,8 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
         t0 = clock()
         try:
             value, report = train_trial(s, directory)
+            if not math.isfinite(value):
+                raise GpupipeError(f"{metric} is {value}: the trial diverged; narrow training.tune.learning_rate")
         except Exception as err:  # noqa: BLE001 (one trial's failure is recorded; the search goes on)
             trial.status, trial.message = kt.engine.trial.TrialStatus.FAILED, str(err)
             record.update(status="failed", value=None, message=f"{type(err).__name__}: {err}"[:500])
@@ -296,7 +300,10 @@ def run_tuned_task(*, examples: tuple, statistics: tuple, model: tuple, columns,
         model_target, report_dir = model[1], storage.join(storage.parent(model[1]), "report")
 
         def train_trial(s: TrainSettings, trial_dir: str):
-            trial_id = storage.basename(trial_dir).split("-", 1)[1]
+            # the job's name carries the trial's hyperparameters too: a retried train task re-attaches to a
+            # trial job only when it trains the same values (a bayesian search may propose others on a retry)
+            values = hashlib.sha256(json.dumps(trial_hyperparameters(s), sort_keys=True).encode()).hexdigest()[:6]
+            trial_id = f"{storage.basename(trial_dir).split('-', 1)[1]}-{values}"
             run_training_job(job, worker_command(examples[1], statistics[1], trial_dir, columns, s), api=api,
                              poll_seconds=poll_seconds, trial=(trial_id, settings.tune.priority_class), stopping=stop)
             report = read_trial_report(trial_dir)

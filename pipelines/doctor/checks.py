@@ -150,7 +150,7 @@ def priority_lines(cluster: Cluster, config, config_path: str) -> List[Line]:
     from kubernetes.client.exceptions import ApiException
 
     named = [(config.cluster.priority, "cluster.priority")]
-    if config.training.tune is not None:
+    if config.training.tune is not None and launcher_kind(config):  # in the task's own pod, trials carry no class
         named.append((config.training.tune.priority_class, "training.tune.priority_class"))
     lines, values = [], {}
     for name, key in named:

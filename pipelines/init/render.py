@@ -106,7 +106,7 @@ def render(p: Proposal, command: str, path: str) -> str:
         "  must_beat_trivial: true",
         "  # A model worse than the linear baseline (LogisticRegression or Ridge on the same train split and",
         "  # features, scored on the eval split and reported beside the model either way) is not blessed",
-        "  must_beat_baseline: true",
+        "  # (must_beat_baseline: on unless set to false)",
         f"  threshold: 0  # a fixed bound besides ({'an upper' if p.metric == 'rmse' else 'a lower'} bound on "
         f"{p.metric}); 0: none",
         "serving:",

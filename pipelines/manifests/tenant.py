@@ -126,14 +126,16 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
 
 
 def tuning_priority_class(config: PipelineConfig) -> list:
-    """With training.tune: the WorkloadPriorityClass its trials' JobSets name (cluster-scoped,
+    """With training.tune and trials launched as jobs: the WorkloadPriorityClass they name (cluster-scoped,
     the same object for every team). Its value, TUNING_PRIORITY, is below Kueue's 0 for a
     workload that names no class and below any production class of 0 or more, so the team's
     ClusterQueue (preemption withinClusterQueue: LowerPriority) gives a production run the
     GPUs trials hold, and trials are admitted on what production leaves idle. Production's
     own class (cluster.priority) is the administrator's: not written here."""
+    from pipelines.factory import launched
+
     tune = config.training.tune
-    if tune is None:
+    if tune is None or not launched(config):  # trials in the train task's own pod name no class
         return []
     return [{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
              "metadata": {"name": tune.priority_class, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}},
