@@ -360,7 +360,21 @@ def expected_line(source: str, what: str) -> str:
     return f"data.source: {source}: {what}" + ("" if what.endswith("data.source") else f"; {FIX}")
 
 
-@pytest.mark.parametrize("damage, what", FIRST_RECORD)
+@pytest.mark.parametrize("damage, what", [*FIRST_RECORD, *LATER_RECORD])
+def test_each_kind_of_tfrecord_damage_is_named_with_its_record(tmp_path, damage, what):
+    """In-process, every kind (the function the run's preflight, ingest and init read through);
+    the two tests below run one of each place through the command."""
+    from components.contracts.errors import GpupipeError
+    from components.sources.records import tfrecord_batches
+
+    source = damaged_penguins(tmp_path, damage)
+    with pytest.raises(GpupipeError) as err:
+        sum(batch.num_rows for batch in tfrecord_batches(source))
+    assert str(err.value) == expected_line(source, what)
+    no_tf_internals(str(err.value))
+
+
+@pytest.mark.parametrize("damage, what", FIRST_RECORD[:1])
 def test_a_tfrecord_file_broken_in_its_first_record_is_one_line_before_anything_runs(tmp_path, damage, what):
     source = damaged_penguins(tmp_path, damage)
     out = gpupipe_run(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
@@ -370,7 +384,7 @@ def test_a_tfrecord_file_broken_in_its_first_record_is_one_line_before_anything_
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("damage, what", LATER_RECORD)
+@pytest.mark.parametrize("damage, what", LATER_RECORD[2:])  # the truncation TensorFlow itself reads as whole
 def test_a_tfrecord_file_broken_in_a_later_record_stops_ingest_in_one_line(tmp_path, damage, what):
     source = damaged_penguins(tmp_path, damage)
     out = gpupipe_run(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
@@ -379,14 +393,16 @@ def test_a_tfrecord_file_broken_in_a_later_record_stops_ingest_in_one_line(tmp_p
     no_tf_internals(out.stderr + out.stdout)
 
 
-def test_gpupipe_init_on_a_broken_tfrecord_file_is_one_line(tmp_path):
+def test_gpupipe_init_on_a_broken_tfrecord_file_is_one_line(tmp_path, capsys):
+    """The command's own error handling, in process (the subprocess tests above show the same
+    handler prints no traceback)."""
+    from pipelines.cli import main
+
     source = damaged_penguins(tmp_path, LATER_RECORD[1][0])
-    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "init", source, "--label", "species", "-o",
-                          str(tmp_path / "c.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env=user_env())
-    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
-        f"error: {expected_line(source, LATER_RECORD[1][1])}"], out.stderr
-    no_tf_internals(out.stderr + out.stdout)
+    code = main(["init", source, "--label", "species", "-o", str(tmp_path / "c.yaml")])
+    out, err = capsys.readouterr()
+    assert code == 1 and err.strip().splitlines() == [f"error: {expected_line(source, LATER_RECORD[1][1])}"], err
+    no_tf_internals(err + out)
     assert not (tmp_path / "c.yaml").exists()
 
 
