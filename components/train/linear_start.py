@@ -219,6 +219,7 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         super().__init__(**kwargs)
         self.validation = validation
         self.start_value: Optional[float] = None
+        self.start_scores: dict = {}
         self.start_margin = 0.0
         self._start_rows: Optional[np.ndarray] = None
 
@@ -240,6 +241,7 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         if self.validation is None or not self.monitor.startswith("val_"):
             return
         scores = self.model.evaluate(self.validation, verbose=0, return_dict=True)
+        self.start_scores = {k: float(v) for k, v in scores.items()}  # the report's best_validation_* when kept
         value = scores.get(self.monitor[len("val_"):])
         if value is not None and math.isfinite(value):
             self.start_value = float(value)

@@ -124,6 +124,8 @@ def build_report(plan, run, model, dataset, smearing: float, start=None) -> Trai
     best_validation = (float(history[val_key][run.history.epoch.index(stopper.best_epoch)])
                        if kept and plan.held_out and stopper.best_epoch in run.history.epoch and val_key in history
                        else None)
+    if kept and plan.held_out and stopper.best_epoch == -1:  # the linear start was kept: its own scores
+        best_validation = getattr(stopper, "start_scores", {}).get(plan.metric)
     k = s.gradient_accumulation_steps
     return TrainReport(
         examples_per_second=round(steps_run * plan.global_batch / run.seconds, 1) if run.seconds else None,

@@ -63,7 +63,9 @@ def test_training_keeps_the_linear_start_when_no_epoch_beats_it(tmp_path, pengui
     assert report["linear_start"].startswith("LogisticRegression on ")
     assert report["best_epoch"] == 0 and report["epochs_run"] == 2, report["history"]
     assert report["start_validation_value"] - report["start_margin"] < min(report["history"]["val_loss"])
-    assert report["start_margin"] > 0  # one standard error of the per-row difference, the start's loss minus the epoch's
+    assert report["start_margin"] > 0  # standard errors of the per-row difference, the start's loss minus the epoch's
+    # the kept start's own validation accuracy is the report's best, not missing
+    assert 0.5 < report["best_validation_accuracy"] <= 1.0
     _, start = _penguin_start(penguin_examples, penguin_validation)
     kinds = {**{c.name: "numeric" for c in start.design.numeric},
              **{c.name: "categorical" for c in start.design.categorical}}
