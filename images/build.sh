@@ -2,7 +2,7 @@
 # Builds the CPU and GPU images with whichever engine is installed: docker (with a running
 # daemon), podman or buildah. Called as `./dev images`:
 #
-#   ./dev images [--local-base | --pinned-base] [--push REGISTRY] [cpu] [gpu]
+#   ./dev images [--local-base | --pinned-base] [--push REGISTRY] [--prune] [cpu] [gpu]
 #
 # Tags: REGISTRY/gpupipe-{cpu,gpu}:<version>-<commit> (python -m pipelines.version), with
 # -dirty when what the images hold has uncommitted changes. REGISTRY is --push's, else
@@ -10,21 +10,24 @@
 # --local-base: no registry access (this machine, CI, air-gapped users): the base is made from
 # Debian packages (mmdebstrap: bookworm's python3.11) and the Beam SDK stage is a local
 # stand-in (images/local/); only the Dockerfiles' build args change. The last line printed
-# for each image is `built <ref> <size>`.
+# for each image is `built <ref> <size>`. --prune: first remove the final-stage images of
+# earlier builds, tagged or not, other than the ones about to be built (images/prune.py; the
+# builder stages, the cache, stay); `./dev image-test` always does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-$(command -v python3.11 || command -v python3)}
 LOCAL_BASE_IMAGE=localhost/gpupipe-base:bookworm-python3.11
 BEAM_STANDIN_IMAGE=localhost/gpupipe-beam-sdk-standin:2.61.0
-local_base=0 push="" targets=()
+local_base=0 push="" prune=0 targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --local-base) local_base=1 ;;
         --pinned-base) local_base=0 ;;  # the default: the Dockerfiles' own bases
+        --prune) prune=1 ;;
         --push) push=${2:?"--push needs a registry, e.g. --push europe-docker.pkg.dev/my-project/gpupipe"}; shift ;;
         cpu|gpu) targets+=("$1") ;;
-        *) echo "error: ./dev images: unknown argument '$1'; use [--local-base | --pinned-base] [--push REGISTRY] [cpu] [gpu]" >&2; exit 2 ;;
+        *) echo "error: ./dev images: unknown argument '$1'; use [--local-base | --pinned-base] [--push REGISTRY] [--prune] [cpu] [gpu]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -98,6 +101,10 @@ size_of() {
         *) "$ENGINE" image inspect --format '{{.Size}}' "$1" ;;
     esac
 }
+
+if [ "$prune" = 1 ] && [ "$ENGINE" != buildah ]; then
+    "$PY" images/prune.py --engine "$ENGINE" --keep "$REGISTRY/gpupipe-cpu:$TAG" --keep "$REGISTRY/gpupipe-gpu:$TAG" >&2
+fi
 
 for target in "${targets[@]}"; do
     ref="$REGISTRY/gpupipe-$target:$TAG"

@@ -203,3 +203,33 @@ def test_the_tag_moves_with_what_the_images_hold_and_compile_names_it_on_a_dirty
     assert f"gpupipe-cpu:{moved}" in (tmp_path / "out" / "penguins.yaml").read_text()
     warning = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "components/contracts/names.py" in warning[0] and f"gpupipe-cpu:{moved}" in warning[0]
+
+
+def _podman_history(stage_instructions):
+    """A stage's history as podman/buildah record it (read off the built images: an ENV or ARG
+    is `#(nop) ENV ...`, a COPY of a folder `#(nop) COPY dir:<hash> in <destination>`)."""
+    lines = []
+    for instruction in stage_instructions:
+        keyword, _, rest = instruction.partition(" ")
+        if keyword == "COPY":
+            lines.append(f"/bin/sh -c #(nop) COPY dir:0123abcd in {rest.split()[-1]} ")
+        elif keyword == "RUN":
+            lines.append(f"/bin/sh -c {rest}")
+        else:
+            lines.append(f"/bin/sh -c #(nop) {instruction}")
+    return lines
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_image_test_prunes_earlier_final_stages_and_keeps_the_builder_cache(dockerfile):
+    """`./dev image-test` removes the final-stage images of earlier builds (each a venv layer of
+    2.6 or 6.4 GB of its own; CI once ran out of disk on the GPU image), and must not take the
+    builder stages, whose cached lock installs make the next build minutes instead of tens."""
+    spec = importlib.util.spec_from_file_location("prune", ROOT / "images" / "prune.py")
+    prune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prune)
+    *builders, (_, final) = stages(dockerfile)
+    assert prune.is_final_stage(_podman_history(final))
+    for _, builder in builders:
+        assert not prune.is_final_stage(_podman_history(builder))
+    assert "--prune" in (ROOT / "dev").read_text().split("image_test()", 1)[1].split("\n}\n", 1)[0]
