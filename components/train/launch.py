@@ -18,6 +18,7 @@ from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field
 
+from components.contracts import storage
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import PRIORITY_LABEL, PodShape
 from components.contracts.settings import Strict
@@ -57,6 +58,18 @@ class Launch(Strict):
     max_restarts: int = Field(3, ge=0, description="whole-job restarts (a preempted worker exits 143)")
     labels: Dict[str, str] = Field(default_factory=dict, description="the job's labels: Kueue queues it as one unit")
     pod_labels: Dict[str, str] = Field(default_factory=dict, description="more labels of the job's pod template")
+
+
+def worker_command(*, examples: str, statistics: str, model_dir: str, home: str, columns, settings) -> List[str]:
+    """The command every worker of a job runs (`python -m components.train`, its flags in
+    components/train/__main__.py): the chief's model at `model_dir`, and the backup a retry
+    finds, the TensorBoard logs and the report under `home`. The train task's job and each
+    tuning trial's job (components/train/tune.py) both run it; `columns` and `settings` are
+    the Columns and TrainSettings models, passed as JSON."""
+    return ["python", "-m", "components.train", "--examples", examples, "--statistics", statistics,
+            "--model-dir", model_dir, "--columns", columns.model_dump_json(),
+            "--settings", settings.model_dump_json(), "--backup-dir", storage.join(home, "backup"),
+            "--log-dir", storage.join(home, "tensorboard"), "--report-dir", storage.join(home, "report")]
 
 
 def worker_hosts(name: str, workers: int) -> List[str]:

@@ -26,13 +26,12 @@ from components.contracts.examples import examples_pattern
 from components.contracts.features import FeatureSpecs, specs_from_statistics
 from components.contracts.settings import Columns
 from components.train.data import scratch_directory
-from components.train.report import TrainReport, build_report, render_report
+from components.train.report import REPORT_MD, TrainReport, build_report, render_report
 from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted
 from components.train.runtime import is_chief
 from components.train.settings import TrainSettings
 from components.train.target import regression_target
 
-REPORT_MD = "report.md"
 
 
 def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
@@ -339,13 +338,12 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
                            columns=columns, settings=settings, backup_dir=backup_home, log_dir=log_dir,
                            report_dir=report_dir)
     else:
-        from components.train.launch import Launch, run_training_job
+        from components.train.launch import Launch, run_training_job, worker_command
 
-        report_dir = _sibling(model[1], "report")
-        command = ["python", "-m", "components.train", "--examples", examples[1], "--statistics", statistics[1],
-                   "--model-dir", model[1], "--columns", columns.model_dump_json(),
-                   "--settings", settings.model_dump_json(), "--backup-dir", _sibling(model[1], "backup"),
-                   "--log-dir", _sibling(model[1], "tensorboard"), "--report-dir", report_dir]
+        home = storage.parent(model[1])  # beside the model's URI: backup, logs, report
+        report_dir = storage.join(home, "report")
+        command = worker_command(examples=examples[1], statistics=statistics[1], model_dir=model[1], home=home,
+                                 columns=columns, settings=settings)
         run_training_job(Launch.from_json(launch), command)
         report = json.loads(storage.read_text(storage.join(report_dir, names.TRAIN_REPORT_FILE)) or "{}")
     if summary_md:

@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Dict, Iterator, List, Optional
 
+REPORT_MD = "report.md"  # the Markdown report beside the JSON one (names.TRAIN_REPORT_FILE)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainReport(Mapping):

@@ -29,11 +29,11 @@ from typing import Callable, List, Optional, Tuple
 from components.contracts import names, storage
 from components.contracts.compat.keras_tuner import set_oracle_project_dir
 from components.contracts.errors import GpupipeError
+from components.train.report import REPORT_MD
 from components.train.settings import MIN_VALIDATION_ROWS, TrainSettings
 
 # One trial: its settings (the hyperparameters applied) and its directory -> (score, report).
 TrainTrial = Callable[[TrainSettings, str], Tuple[float, dict]]
-REPORT_MD = "report.md"
 MIN_WIDTH = 4  # the narrowest layer of a halving tower
 
 
@@ -242,14 +242,6 @@ def render_trials(tuning: dict) -> str:
             + "\n".join(rows) + "\n")
 
 
-def worker_command(examples_uri: str, statistics_uri: str, trial_dir: str, columns, settings: TrainSettings) -> list:
-    """`python -m components.train` for one trial's JobSet: its outputs under `trial_dir`."""
-    return ["python", "-m", "components.train", "--examples", examples_uri, "--statistics", statistics_uri,
-            "--model-dir", storage.join(trial_dir, "model"), "--columns", columns.model_dump_json(),
-            "--settings", settings.model_dump_json(), "--backup-dir", storage.join(trial_dir, "backup"),
-            "--log-dir", storage.join(trial_dir, "tensorboard"), "--report-dir", storage.join(trial_dir, "report")]
-
-
 def read_trial_report(trial_dir: str) -> dict:
     text = storage.read_text(storage.join(trial_dir, "report", names.TRAIN_REPORT_FILE))
     if not text:
@@ -293,7 +285,7 @@ def run_tuned_task(*, examples: tuple, statistics: tuple, model: tuple, columns,
             return score(report, *objective(settings)), report
         parallel, stop = 1, None
     else:
-        from components.train.launch import Launch, run_training_job
+        from components.train.launch import Launch, run_training_job, worker_command
 
         job, stop = Launch.from_json(launch), threading.Event()
         trials_home = storage.join(storage.parent(model[1]), "trials")
@@ -304,7 +296,9 @@ def run_tuned_task(*, examples: tuple, statistics: tuple, model: tuple, columns,
             # trial job only when it trains the same values (a bayesian search may propose others on a retry)
             values = hashlib.sha256(json.dumps(trial_hyperparameters(s), sort_keys=True).encode()).hexdigest()[:6]
             trial_id = f"{storage.basename(trial_dir).split('-', 1)[1]}-{values}"
-            run_training_job(job, worker_command(examples[1], statistics[1], trial_dir, columns, s), api=api,
+            run_training_job(job, worker_command(examples=examples[1], statistics=statistics[1], home=trial_dir,
+                                                  model_dir=storage.join(trial_dir, "model"), columns=columns,
+                                                  settings=s), api=api,
                              poll_seconds=poll_seconds, trial=(trial_id, settings.tune.priority_class), stopping=stop)
             report = read_trial_report(trial_dir)
             return score(report, *objective(settings)), report
