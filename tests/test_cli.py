@@ -47,6 +47,20 @@ def test_missing_data_file(tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
+@pytest.mark.parametrize("make", [lambda p: str(p / "no-such.csv"), lambda p: (p / "empty").mkdir() or str(p / "empty")],
+                         ids=["missing", "empty-directory"])
+def test_init_names_its_own_argument_not_a_config_key(tmp_path, capsys, make):
+    """`gpupipe init` has no config yet: a source it cannot read names the command's DATA
+    argument, not data.source."""
+    from pipelines.cli import main
+
+    source = make(tmp_path)
+    assert main(["init", source, "--label", "species", "--output", str(tmp_path / "c.yaml")]) == 1
+    line, = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: gpupipe init DATA: ")
+    assert source in line and "data.source" not in line and not (tmp_path / "c.yaml").exists()
+
+
 def test_label_absent_from_data(tmp_path):
     bad = config_with(tmp_path, lambda c: c["data"].update(label="specis"))
     line = one_line_error(gpupipe("run", bad, "--runs-dir", str(tmp_path / "runs")))

@@ -165,7 +165,7 @@ def predict(*, source: str, data_format: str, columns: Columns, serving_base: st
     the rows, the output."""
     fmt = output_format(output)
     number = served_version(serving_base, model_name, version)
-    files = readers.resolve(source, data_format)
+    files = readers.resolve(source, data_format, key="--data")
     header = readers.check_columns(source, columns.features[0], columns.features[1:], None, data_format)
     if key and key not in header:
         raise GpupipeError(f"--key {key}: not a column of {source} (it has {', '.join(header[:12])}); give the "

@@ -56,8 +56,11 @@ def fingerprint(files: List[SourceFile]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
-    """The files a source names, sorted; a source that names none is an error."""
+def resolve(source: str, declared_format: str = "auto", key: str = "data.source",
+            format_key: str = "data.format") -> List[SourceFile]:
+    """The files a source names, sorted; a source that names none is an error. `key` and
+    `format_key` are what the errors tell the user to fix: the config's keys, or the
+    command's own arguments (`gpupipe init DATA --format`, `gpupipe predict --data`)."""
     if synthetic.is_synthetic(source):
         synthetic.parse_source(source)
         return [SourceFile(source, 0, "synthetic")]
@@ -71,19 +74,19 @@ def resolve(source: str, declared_format: str = "auto") -> List[SourceFile]:
     else:  # a directory or prefix: the files under it
         entries = storage.list_prefix(source)
         if not entries and not storage.is_remote(source) and not os.path.isdir(source):
-            raise GpupipeError(f"data.source: file not found: {source}; fix the path (relative paths start at the "
+            raise GpupipeError(f"{key}: file not found: {source}; fix the path (relative paths start at the "
                                "working directory)")
         what = "is an empty directory" if not storage.is_remote(source) else "does not exist"
     files = [SourceFile(e.uri, e.size, "", e.stamp) for e in entries if not _hidden(e.uri)]
     if not files:
-        raise GpupipeError(f"data.source: {source} {what}; fix data.source (a file, directory, glob or "
+        raise GpupipeError(f"{key}: {source} {what}; fix {key} (a file, directory, glob or "
                            "gs:// or s3://bucket/prefix)")
     for f in files:
         f.format = detect_format(f.uri, declared_format)
     formats = {f.format for f in files}
     if len(formats) > 1:
-        raise GpupipeError(f"data.source: {source} mixes formats ({', '.join(sorted(formats))}); "
-                           "point it at one format or set data.format")
+        raise GpupipeError(f"{key}: {source} mixes formats ({', '.join(sorted(formats))}); "
+                           f"point it at one format or set {format_key}")
     return files
 
 

@@ -72,7 +72,7 @@ def pipeline_name(source: str) -> str:
 
 def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optional[str] = None,
             data_format: str = "auto") -> Proposal:
-    files = readers.resolve(source, data_format)
+    files = readers.resolve(source, data_format, key="gpupipe init DATA", format_key="--format")
     first = files[0]
     header = readers.columns_of(first)
     if label not in header:
