@@ -32,6 +32,8 @@ from components.contracts.errors import GpupipeError
 from components.train.report import REPORT_MD
 from components.train.settings import MIN_VALIDATION_ROWS, TrainSettings
 
+TRIAL_FILE = "trial.json"  # in each trial's directory: its hyperparameters, and whether it finished
+
 # One trial: its settings (the hyperparameters applied) and its directory -> (score, report).
 TrainTrial = Callable[[TrainSettings, str], Tuple[float, dict]]
 MIN_WIDTH = 4  # the narrowest layer of a halving tower
@@ -124,6 +126,26 @@ def trial_hyperparameters(s: TrainSettings) -> dict:
             "batch_size": s.batch_size}
 
 
+def earlier_attempt(directory: str, hyperparameters: dict) -> Optional[dict]:
+    """A retried train task finds its trials' directories where the last attempt left them
+    (beside the model's URI). A trial that finished there with the same hyperparameters is
+    reused: its report is returned and it is not trained again. One that started with other
+    values (a bayesian search may propose others after a retry) is removed first, so its
+    backup is never restored into this trial's model, and so is one marked finished whose report
+    is missing; one that started with the same values and did not finish resumes from its
+    backup (or its job is re-attached)."""
+    text = storage.read_text(storage.join(directory, TRIAL_FILE))
+    if not text:
+        return None
+    record = json.loads(text)
+    same = record.get("hyperparameters") == json.loads(json.dumps(hyperparameters))
+    report = storage.read_text(storage.join(directory, "report", names.TRAIN_REPORT_FILE)) if same else None
+    if not same or (record.get("completed") and not report):  # other values, or a finish without its report
+        storage.delete_prefix(directory)
+        return None
+    return json.loads(report) if record.get("completed") else None
+
+
 def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, parallel: int = 1,
            stop: Optional[threading.Event] = None, clock=time.monotonic) -> dict:
     """Runs the trials (`parallel` at once) and returns the tuning record: every trial (id,
@@ -167,7 +189,15 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
         print(f"tune: trial {trial.trial_id} {json.dumps(trial_hyperparameters(s))}", flush=True)
         t0 = clock()
         try:
-            value, report = train_trial(s, directory)
+            earlier = earlier_attempt(directory, trial_hyperparameters(s))
+            if earlier is not None:  # a retried train task: this trial finished in an earlier attempt
+                value, report = score(earlier, metric, direction), earlier
+                record["reused"] = True
+                print(f"tune: trial {trial.trial_id} finished in an earlier attempt of this task: reused", flush=True)
+            else:
+                storage.write_text(storage.join(directory, TRIAL_FILE),
+                                   json.dumps({"hyperparameters": trial_hyperparameters(s)}))
+                value, report = train_trial(s, directory)
             if not math.isfinite(value):
                 raise GpupipeError(f"{metric} is {value}: the trial diverged; narrow training.tune.learning_rate")
         except Exception as err:  # noqa: BLE001 (one trial's failure is recorded; the search goes on)
@@ -175,6 +205,8 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
             record.update(status="failed", value=None, message=f"{type(err).__name__}: {err}"[:500])
         else:
             trial.status = kt.engine.trial.TrialStatus.COMPLETED
+            storage.write_text(storage.join(directory, TRIAL_FILE),
+                               json.dumps({"hyperparameters": trial_hyperparameters(s), "completed": True}))
             record.update(status="completed", value=value, epochs_run=report.get("epochs_run"),
                           best_epoch=report.get("best_epoch"), optimizer_steps=report.get("optimizer_steps"),
                           train_seconds=report.get("train_seconds"))
