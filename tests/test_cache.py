@@ -22,6 +22,11 @@ def config(tmp_path: Path):
     return parse_config(raw)
 
 
+# A short training (the caching does not depend on how long train takes) that still meets
+# the threshold, so the first run pushes version 1 and the reruns evaluate against it.
+SHORT = {"epochs": 4, "eval_threshold": 0.5}
+
+
 def statuses(summary) -> dict:
     return {s.name: s.status for s in summary.steps}
 
@@ -38,9 +43,10 @@ def runs(tmp_path_factory):
 
     tmp_path = tmp_path_factory.mktemp("cache")
     cfg = config(tmp_path)
-    first = run_local(cfg, runs_dir=str(tmp_path / "runs"), quiet=True)
-    again = run_local(cfg, runs_dir=str(tmp_path / "runs"), quiet=True)
-    new_rate = run_local(cfg, runs_dir=str(tmp_path / "runs"), overrides={"learning_rate": 0.02}, quiet=True)
+    first = run_local(cfg, runs_dir=str(tmp_path / "runs"), overrides=SHORT, quiet=True)
+    again = run_local(cfg, runs_dir=str(tmp_path / "runs"), overrides=SHORT, quiet=True)
+    new_rate = run_local(cfg, runs_dir=str(tmp_path / "runs"), overrides={**SHORT, "learning_rate": 0.02},
+                         quiet=True)
     return tmp_path, first, again, new_rate
 
 
@@ -77,8 +83,9 @@ def test_a_run_that_failed_at_push_resumes_without_training_again(runs, capsys):
     (serving / "models.config").mkdir(parents=True)
     cfg = config(tmp_path).model_copy(update={"serving": config(tmp_path).serving.model_copy(
         update={"base": str(serving)})})
-    failed = run_local(cfg, runs_dir=str(tmp_path / "runs"), quiet=True)
+    failed = run_local(cfg, runs_dir=str(tmp_path / "runs"), overrides=SHORT, quiet=True)
     assert statuses(failed)["push"] == "FAILURE" and statuses(failed)["report"] == "NOT RUN"
+    assert statuses(failed)["train"] == "CACHED" and not trained(failed)  # the first run's model
     assert json.loads((Path(failed.run_dir) / "gpupipe-run.json").read_text())["parameters"]["serving_base"] \
         == str(serving)
     shutil.rmtree(serving / "models.config")
@@ -94,14 +101,13 @@ def test_a_run_that_failed_at_push_resumes_without_training_again(runs, capsys):
     assert (serving / "penguins" / "1" / "saved_model.pb").is_file()
 
 
-def test_resume_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
-    import subprocess
-    import sys
+def test_resume_of_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys):
+    from pipelines.cli import main
 
-    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "resume", str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    (line,) = out.stderr.strip().splitlines()
+    code = main(["resume", str(tmp_path)])  # the command in process: an exception here is a traceback
+    out = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out.err and out.out == ""
+    (line,) = out.err.strip().splitlines()
     assert line.startswith(f"error: {tmp_path}: no gpupipe-run.json here")
 
 

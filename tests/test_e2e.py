@@ -84,26 +84,30 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run, s3_bucket):
     assert lineage["blessing"]["blessed"] and lineage["metrics"]["accuracy"] == blessing["value"]
 
 
-def test_gpupipe_report_prints_the_run_pages_path(first_run):
+def test_gpupipe_report_prints_the_run_pages_path(first_run, capsys, monkeypatch):
+    from pipelines.cli import main  # `gpupipe report` in process, as the command line calls it
+
     tmp_path, summary, _ = first_run
     run_dir = next((tmp_path / "runs").glob("penguins-*"))
     page = run_dir / "report.html"
     assert f"  run report: {page}" in summary
-    out = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", str(run_dir)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout == f"{page}\n", out.stderr
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    code = main(["report", str(run_dir)])
+    out = capsys.readouterr()
+    assert code == 0 and out.out == f"{page}\n", out.err
     text = page.read_text(encoding="utf-8")
     blessing = json.loads((run_dir / "evaluate" / "blessing" / "blessing.json").read_text())
     assert f"blessed: accuracy {blessing['value']:.4f} (threshold 0.9000)" in text
     for section in ("Release gate", "Throughput and cost", "Slices", "By island", "drift not checked"):
         assert section in text, section
     # The pool view of the config reads the same run's training report.
-    pool = subprocess.run([sys.executable, "-m", "pipelines.cli", "report", "configs/penguins.yaml", "--runs-dir",
-                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    code = main(["report", "configs/penguins.yaml", "--runs-dir", str(tmp_path / "runs")])
+    pool = capsys.readouterr()
     report = json.loads((run_dir / "train" / "report" / "report.json").read_text())
-    row = pool.stdout.splitlines()[2].split()
-    assert pool.returncode == 0 and row[:3] == [run_dir.name, "0.0000", f"{report['examples_per_second']:,.1f}"]
-    assert row[3] == f"{report['input_wait_fraction']:.1%}", pool.stdout
+    row = pool.out.splitlines()[2].split()
+    assert code == 0 and row[:3] == [run_dir.name, "0.0000", f"{report['examples_per_second']:,.1f}"]
+    assert row[3] == f"{report['input_wait_fraction']:.1%}", pool.out
 
 
 def test_the_run_report_renders_its_plots_in_a_browser_without_network(first_run):

@@ -3,6 +3,7 @@ taking Slack's incoming-webhook JSON) gets one message for each outcome of a run
 blessed, pushed. Locally `gpupipe run` sends it from its summary; on the cluster the compiled
 pipeline's exit handler sends it with KFP's final status and what push recorded."""
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ def penguins(tmp_path: Path, url: str, **notify) -> "PipelineConfig":  # noqa: F
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):
     """Three local runs, one per outcome, each told to the same receiver: pushed (a threshold a
-    short training meets), not blessed (one it cannot), failed (a numeric column holding text)."""
+    short training meets), not blessed (one the same short training cannot: only evaluate's
+    threshold differs, so the second run reuses the first's ingest and train from the task
+    cache), failed (a numeric column holding text)."""
     from pipelines.local_run import run_local
     from tests.fixtures.webhook import webhook_receiver
 
@@ -42,7 +45,7 @@ def three_runs(tmp_path_factory):
             "pushed": run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"epochs": 4, "eval_threshold": 0.5},
                                 quiet=True),
             "not_blessed": run_local(config, runs_dir=str(tmp_path / "runs"),
-                                     overrides={"epochs": 2, "eval_threshold": 0.9999}, quiet=True),
+                                     overrides={"epochs": 4, "eval_threshold": 0.9999}, quiet=True),
             "failed": run_local(config, runs_dir=str(tmp_path / "runs"), overrides={"data_source": str(bad)},
                                 quiet=True),
         }
@@ -62,12 +65,22 @@ def test_a_local_run_tells_the_webhook_each_outcome_once(three_runs):
         assert m["blocks"] == [{"type": "section", "text": {"type": "mrkdwn", "text": m["text"]}}]
     assert summaries["pushed"].notified == "notified: pushed"
     assert "notified: not blessed" in summaries["not_blessed"].render()
+    assert "train" in summaries["not_blessed"].cached  # the pushed run's model, judged by a stricter threshold
 
 
-def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_runs):
+def backoff(monkeypatch) -> list:
+    """The seconds notify waits between attempts, recorded instead of slept."""
+    from components.notify import logic
+
+    waits = []
+    monkeypatch.setattr(logic, "time", types.SimpleNamespace(sleep=waits.append))
+    return waits
+
+
+def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_runs, monkeypatch):
     """The compiled exit task's own function, with KFP's final status: SUCCEEDED and push's
     record of that run -> pushed; FAILED -> failed with KFP's error message. A webhook that
-    answers 503 twice gets the message on the third attempt."""
+    answers 503 twice gets the message on the third attempt, 1 s then 2 s after the first."""
     from kfp import dsl
 
     from components.notify.component import make_notify_op
@@ -84,6 +97,7 @@ def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_r
     assert recorded[pushed_run]["version"] == 1 and run_dir.is_dir()
 
     notify_fn = make_notify_op("unused").python_func
+    waits = backoff(monkeypatch)
     with webhook_receiver(fail_first=2) as (url, messages), pytest.MonkeyPatch.context() as env:
         env.setenv("GPUPIPE_WEBHOOK_URL", url)  # as the Secret gives it to the exit task
         settings = json.dumps({"ui_url": "https://kf.example.com/pipeline", "webhook_secret": "team-slack"})
@@ -97,16 +111,20 @@ def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_r
                                                              "gpupipe penguins: run failed"]
     assert f"run: https://kf.example.com/pipeline/#/runs/details/{pushed_run}" in messages[0]["text"]
     assert "train: OOMKilled" in messages[1]["text"]
+    assert waits == [1, 2]  # the first message's two refused attempts; the second went through at once
 
 
-def test_a_webhook_that_refuses_is_one_warning_line_not_a_failed_run(tmp_path, capsys):
+def test_a_webhook_that_refuses_is_one_warning_line_not_a_failed_run(tmp_path, capsys, monkeypatch):
     from components.notify.logic import run_notify
     from components.notify.settings import NotifySettings
+
+    waits = backoff(monkeypatch)
 
     lines = run_notify(settings=NotifySettings(webhook_url="http://127.0.0.1:9/hook"), state="FAILED", error="x",
                        pipeline="penguins", run_id="r1", serving_base=str(tmp_path), model_name="penguins")
     assert len(lines) == 1 and lines[0].startswith("warning: notify: the webhook at 127.0.0.1:9 did not take")
     assert "notify.webhook_url" in lines[0]
+    assert waits == [1, 2]  # three attempts in all
 
 
 def test_the_compiled_pipeline_notifies_from_an_exit_handler_with_the_webhook_from_a_secret(tmp_path):
