@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
+# Imported here, while collecting: run_local's default console is the sys.stderr of its first
+# import, which inside a capsys test (the in-process `gpupipe run` below) is a stream closed after it.
+import pipelines.local_run  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 PENGUINS = ROOT / "data" / "penguins.csv"
 
