@@ -2,11 +2,13 @@
 loaded back and run under kfp.local from an empty working directory, with nothing typed
 in: its data source and serving base are the cluster defaults of the config, on GCS (the
 gcp-storage-emulator FIXTURE, a real GCS JSON API server on loopback) and on S3 (moto's
-server mode FIXTURE, the S3 REST protocol MinIO and Ceph speak, on loopback)."""
-import contextlib
+server mode FIXTURE, the S3 REST protocol MinIO and Ceph speak, on loopback). The tasks are
+forked from a warm server, as `gpupipe run` starts them (pipelines/warm.py: the same command
+in a process of its own, with its own environment, working directory and exit code); every
+task starting cold, a new Python as each pod is, is proven by `./dev image-test`
+(images/image_test.py: this same compiled YAML, each task in a container of the CPU image,
+against the GCS emulator)."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
     from kfp.local import pipeline_orchestrator
 
     from components.contracts import storage
+    from pipelines.cli import main
     from pipelines.warm import warm_tasks
     from tests.fixtures.gcs import gcs_emulator
     from tests.fixtures.s3 import s3_server
@@ -41,9 +44,8 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         raw["training"]["pods"].update(gpus=0, accelerator=None)
         config = tmp_path / "penguins-cluster.yaml"
         config.write_text(yaml.safe_dump(raw))
-        compiled = subprocess.run([sys.executable, "-m", "pipelines.cli", "compile", str(config), "--output-dir",
-                                   str(tmp_path / "compiled")], cwd=ROOT, capture_output=True, text=True)
-        assert compiled.returncode == 0, compiled.stderr
+        # `gpupipe compile` itself (its main, in process: the same parser, config checks and compiler)
+        assert main(["compile", str(config), "--output-dir", str(tmp_path / "compiled")]) == 0
 
         pod = tmp_path / "pod"  # the task's working directory: empty, and lost after the run
         pod.mkdir()
@@ -51,9 +53,8 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
         pipeline = components.load_component_from_file(str(tmp_path / "compiled" / "penguins-cluster.yaml"))
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "artifacts"))
         # The entry point kfp.local itself calls for a pipeline; a loaded YAML has no Python to call.
-        # On GCS each task starts cold (a new Python, as each pod does); on S3 warm, as `gpupipe
-        # run` starts them (pipelines/warm.py: the same command, forked from a warm process).
-        with warm_tasks() if scheme == "s3" else contextlib.nullcontext():
+        # Each task is forked from the warm server (the module docstring: cold tasks are the image test's).
+        with warm_tasks():
             pipeline_orchestrator.run_local_pipeline(pipeline_spec=pipeline.pipeline_spec, arguments={})
 
         objects = sorted(e.uri[len(root) + 1:] for e in storage.list_prefix(f"{root}/serving"))
