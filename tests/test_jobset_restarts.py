@@ -4,7 +4,12 @@ FIXTURE (tests/fixtures/jobset_controller.py: the pod is a local process of the 
 command). The JobSet's pod is killed twice, a preemption (SIGTERM) then a lost node (SIGKILL),
 and the JobSet's failurePolicy restarts it each time; training resumes from the backup to the
 full step count. Between the two, the train task's own pod is lost too: its retry, named for
-the same run, re-attaches to the running JobSet instead of starting a second one."""
+the same run, re-attaches to the running JobSet instead of starting a second one, and follows
+it through the second restart to the end. Each pod runs the pod template's command through
+the session's warm server (conftest's `warm_python`: its training process is forked from a
+process that imported TensorFlow, and the controller's SIGKILL reaches it as well as the
+shim); the kills land at fixed points of training (a few steps past a new checkpoint), not
+after a sleep."""
 import json
 import os
 import signal
@@ -17,13 +22,19 @@ import pytest
 from conftest import PENGUIN_COLUMNS, ROOT, penguin_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("jobset-restarts")]
-LONG = dict(epochs=120, checkpoint_steps=25, hidden_units=[64, 64], early_stopping=None)  # 1,080 steps: kills mid-run
-LAUNCHER = ("import json, sys\nfrom components.train.launch import Launch, run_training_job\n"
-            "print(run_training_job(Launch.from_json(sys.argv[1]), json.loads(sys.argv[2]), poll_seconds=0.1))\n")
+# 270 steps, a checkpoint every 25, every epoch run (no early stopping): the first pod is
+# preempted a few steps past its first checkpoint (step 25), the second killed a few steps past
+# its own first one (about 25 steps after it resumed), and the third trains the rest.
+LONG = dict(epochs=30, checkpoint_steps=25, hidden_units=[64, 64], early_stopping=None)
+# The train task's launcher. It imports first, then waits for its go (a line on stdin): the
+# retry is started with the first, and sent on once the first is lost.
+LAUNCHER = ("import json, sys\nimport kubernetes.client, kubernetes.config\n"
+            "from components.train.launch import Launch, run_training_job\nsys.stdin.readline()\n"
+            "print(run_training_job(Launch.from_json(sys.argv[1]), json.loads(sys.argv[2]), poll_seconds=0.25))\n")
 
 
 def test_a_jobset_killed_twice_resumes_from_its_backup_and_a_retried_launcher_reattaches(
-        tmp_path, penguins_config, penguin_examples, penguin_validation):
+        tmp_path, penguins_config, penguin_examples, penguin_validation, warm_python):
     from components.train.launch import Launch, job_name
     from pipelines.factory import launch_json
     from tests.fixtures.http import write_kubeconfig
@@ -45,21 +56,39 @@ def test_a_jobset_killed_twice_resumes_from_its_backup_and_a_retried_launcher_re
 
         def launcher():
             return subprocess.Popen([sys.executable, "-c", LAUNCHER, launch.model_dump_json(), json.dumps(command)],
-                                    cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
+                                    cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
 
-        controller = JobSetController(cluster, [signal.SIGTERM, signal.SIGKILL], env={
-            "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "GPUPIPE_SCRATCH_DIR": str(tmp_path / "scratch"),
-            "GOOGLE_APPLICATION_CREDENTIALS": None})
+        def go(process):
+            process.stdin.write("go\n")
+            process.stdin.flush()
+
+        def retry_attached(pod: int) -> bool:  # the second pod is killed once the retry follows the JobSet
+            if pod == 0:
+                return True
+            assert retry.poll() is None, "the retried launcher ended before it read the JobSet"
+            with cluster.lock:
+                methods = [method for method, _ in cluster.requests]
+            posts = [i for i, method in enumerate(methods) if method == "POST"]
+            return len(posts) == 2 and "GET" in methods[posts[1]:]  # the first launcher is gone by then
+
+        python, warm_env = warm_python
+        controller = JobSetController(cluster, [signal.SIGTERM, signal.SIGKILL], python=python, hold=retry_attached,
+                                      env={**warm_env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+                                           "GPUPIPE_SCRATCH_DIR": str(tmp_path / "scratch"),
+                                           "GOOGLE_APPLICATION_CREDENTIALS": None})
         controller.start()
-        first = launcher()
+        first, retry = launcher(), launcher()  # the retry: KFP's retry of the train task, a new pod, the same run
+        go(first)
         deadline = time.monotonic() + 300
         while len(controller.pods) < 1 and time.monotonic() < deadline:  # the first pod preempted, a second runs
             assert controller.error is None, controller.error
-            time.sleep(0.05)
+            time.sleep(0.02)
         first.send_signal(signal.SIGKILL)  # the train task's pod is lost with its node
         first.wait(timeout=30)
-        retry = launcher()  # KFP's retry of the train task: a new pod, the same run
+        first.stdin.close()
+        first.stdout.close()
+        go(retry)
         output = retry.communicate(timeout=600)[0]
         controller.join(timeout=600)
     assert controller.error is None, controller.error
