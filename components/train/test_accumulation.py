@@ -5,7 +5,6 @@ applied updates, and the trainer takes the key."""
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ pytestmark = pytest.mark.unit
 graph_code_without_autograph()  # as train_model does: the first trace in 1 s, not 15
 
 ROWS = 64
+MODULE = "components.train.test_accumulation"  # run as a process of its own by the mirrored test
 
 
 def data():
@@ -82,33 +82,36 @@ def test_four_accumulated_steps_make_the_update_of_one_step_of_four_times_the_ba
     check(compare(optimizer), 1e-5)
 
 
-MIRRORED = """
-import json
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import tf_keras
-from components.train.test_accumulation import compare
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-out = {"replicas": strategy.num_replicas_in_sync}
-# mixed_float16: what the small GPUs (compute capability 7.x) train with. Against one step of
-# the large batch on one device (a one-replica trace costs less than a mirrored one).
-tf_keras.mixed_precision.set_global_policy("mixed_float16")
-out["mixed_float16"] = compare("adam", strategy, small_steps=False, large_strategy=tf.distribute.get_strategy())
-print("RESULT " + json.dumps(out))
-"""
+def mirrored_result() -> dict:
+    """In a process of its own (`python -m components.train.test_accumulation`): two logical
+    CPUs (devices are fixed once TensorFlow starts), a 2-replica MirroredStrategy, and the
+    comparison under mixed_float16 (what the small GPUs, compute capability 7.x, train
+    with), against one step of the large batch on one device (a one-replica trace costs
+    less than a mirrored one)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    out = {"replicas": strategy.num_replicas_in_sync}
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    out["mixed_float16"] = compare("adam", strategy, small_steps=False, large_strategy=tf.distribute.get_strategy())
+    return out
 
 
-def test_under_mirrored_strategy_each_replica_accumulates_and_the_update_matches_the_large_batch():
+def test_under_mirrored_strategy_each_replica_accumulates_and_the_update_matches_the_large_batch(warm_python):
     """Two replicas (two logical CPUs, in a process of their own: devices are fixed once TF
     starts): each accumulates its half of every micro-batch, the all-reduce runs when applying,
     and the weights end as after one step of 4 x the batch on one device. Under
     mixed_float16, so the LossScaleOptimizer sits inside the accumulation (and the
-    accumulation's cross-replica path is the same with or without it)."""
+    accumulation's cross-replica path is the same with or without it). The process is a fork
+    of the session's warm server (the root conftest's `warm_python`), which imported
+    TensorFlow without starting its runtime, so the devices are still this process's to set."""
     from conftest import ROOT
+    from pipelines.warm_client import MODULES_ENV
 
-    done = subprocess.run([sys.executable, "-c", MIRRORED], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    python, warm_env = warm_python
+    done = subprocess.run([python, "-m", MODULE], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **warm_env, MODULES_ENV: MODULE, "PYTHONPATH": str(ROOT),
+                               "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert out["replicas"] == 2
@@ -123,8 +126,9 @@ class Interrupted(Exception):
 def test_a_resume_in_the_middle_of_a_window_restores_the_accumulated_gradients(tmp_path):
     """The accumulators and the micro-step counter are checkpointed with the optimizer: a run
     stopped after 6 of 12 steps (k=4: one update and half a window) and resumed from its
-    checkpoint ends with the weights of an uninterrupted run. The same batch every step, so
-    that the resumed run (whose dataset starts over) sees the same data."""
+    checkpoint (the one of step 6) trains steps 7 to 12 and ends with the weights of an
+    uninterrupted run. The same batch every step, so that the resumed run (whose dataset
+    starts over) sees the same data."""
     x, y = data()
     batch = tf.data.Dataset.from_tensor_slices((x, y)).take(8).batch(8).repeat()
 
@@ -139,13 +143,22 @@ def test_a_resume_in_the_middle_of_a_window_restores_the_accumulated_gradients(t
             if step == 5:
                 raise Interrupted
 
+    class Steps(tf_keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def on_train_batch_end(self, step, logs=None):
+            self.seen.append(step)
+
     first = compiled(4, "adam")
-    with pytest.raises(Interrupted):
-        fit(first, [tf_keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=1), StopAfterSixSteps()])
+    with pytest.raises(Interrupted):  # BackupAndRestore saves at step 6, then the run stops
+        fit(first, [tf_keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=6), StopAfterSixSteps()])
     assert (int(first.optimizer.iterations.numpy()), int(first.optimizer.micro_steps.numpy())) == (1, 6)
 
-    resumed = compiled(4, "adam")
-    fit(resumed, [tf_keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=1)])
+    resumed, steps = compiled(4, "adam"), Steps()
+    fit(resumed, [tf_keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=6), steps])
+    assert steps.seen == list(range(6, 12))  # it resumed at step 7, not from the start
     assert (int(resumed.optimizer.iterations.numpy()), int(resumed.optimizer.micro_steps.numpy())) == (3, 12)
     assert gap(resumed, uninterrupted) < 1e-6
 
@@ -187,3 +200,7 @@ def test_the_trainer_accumulates_and_reports_the_effective_batch(tmp_path, pengu
     assert report["train_function_traces"] == 1
     assert report["compute_only_step_seconds_p50"] is not None  # the timing copy takes the wrapper too
     assert tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"] is not None
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(mirrored_result()), flush=True)
