@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Imported here, before any test's capture: run_local's default console is the sys.stderr of
+# the moment it is imported (tests/test_init.py and tests/test_progress.py import it alike).
+import pipelines.local_run  # noqa: F401,E402
+
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 PENGUINS = ROOT / "data" / "penguins.csv"
@@ -31,6 +35,32 @@ def gpupipe_run(tmp_path, config: dict):
     assert "Traceback" not in out.stderr and "Traceback" not in out.stdout
     assert not (tmp_path / "serving").exists()
     return out
+
+
+def gpupipe_run_in_process(tmp_path, config: dict, capfd, monkeypatch) -> tuple:
+    """`gpupipe run` through the command's own entry point (pipelines.cli.main) in this process,
+    in a user's environment: (exit code, stdout, stderr) as the terminal gets them (file
+    descriptors, the tasks' output included). The terminal's one line with no traceback is
+    shown by the subprocess runs; this is the same handler without a new interpreter."""
+    from pipelines.cli import main
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # as user_env()
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    capfd.readouterr()
+    code = main(["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--serving-base", str(tmp_path / "serving")])
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and "Traceback" not in out
+    assert not (tmp_path / "serving").exists()
+    return code, out, err
+
+
+def config_error_in_process(tmp_path, config: dict, capfd, monkeypatch) -> str:
+    code, _, err = gpupipe_run_in_process(tmp_path, config, capfd, monkeypatch)
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, err
+    assert not (tmp_path / "runs").exists()  # before anything runs
+    return lines[0]
 
 
 def penguins(**edits) -> dict:
@@ -111,13 +141,15 @@ def test_two_columns_with_the_same_name(tmp_path):
                     "the data")
 
 
-def test_tfrecords_that_are_not_examples(tmp_path):
+def test_tfrecords_that_are_not_examples(tmp_path, capfd, monkeypatch):
+    """In process (the subprocess run of a broken first record shows the terminal's line)."""
     import tensorflow as tf
 
     source = str(tmp_path / "logs.tfrecord")
     with tf.io.TFRecordWriter(source) as writer:
         writer.write(b"\xff\x00 a log line, not a tf.train.Example")
-    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    line = config_error_in_process(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}), capfd,
+                                   monkeypatch)
     assert line.startswith(f"error: data.source: {source} holds TFRecords that are not tf.train.Example (")
     assert line.endswith("write tf.train.Example records, or export the table as CSV or Parquet")
 
@@ -190,9 +222,9 @@ def test_the_run_summary_shows_validates_warnings():
     assert f"  warning: validate: {line}" in summary.render().splitlines()
 
 
-def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path):
+def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path, capfd, monkeypatch):
     """Found in the first record, before anything runs (later records: ingest, in
-    components/ingest/test_logic.py)."""
+    components/ingest/test_logic.py); in process, as above."""
     import tensorflow as tf
 
     source = str(tmp_path / "multi.tfrecord")
@@ -202,7 +234,8 @@ def test_a_tfrecord_feature_with_several_values_stops_the_run(tmp_path):
             if i == 0:  # two bill lengths: no single cell to read
                 feature["bill_length_mm"] = tf.train.Feature(float_list=tf.train.FloatList(value=[39.1, 40.0]))
             writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    line = config_error(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
+    line = config_error_in_process(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}), capfd,
+                                   monkeypatch)
     assert line == (f"error: data.source: {source} record 1: feature 'bill_length_mm' holds 2 values; gpupipe reads "
                     "one value per feature: write one value per feature (one feature per value)")
 
@@ -385,12 +418,17 @@ def test_a_tfrecord_file_broken_in_its_first_record_is_one_line_before_anything_
 
 
 @pytest.mark.parametrize("damage, what", LATER_RECORD[2:])  # the truncation TensorFlow itself reads as whole
-def test_a_tfrecord_file_broken_in_a_later_record_stops_ingest_in_one_line(tmp_path, damage, what):
+def test_a_tfrecord_file_broken_in_a_later_record_stops_ingest_in_one_line(tmp_path, damage, what, capfd,
+                                                                           monkeypatch):
+    """The run itself in process (its tasks are processes of their own, their output on the
+    terminal's descriptors); the preflight reads the first record, which is whole."""
     source = damaged_penguins(tmp_path, damage)
-    out = gpupipe_run(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}))
-    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
-    assert out.returncode == 1 and errors == [f"error: ingest: {expected_line(source, what)}"], out.stdout
-    no_tf_internals(out.stderr + out.stdout)
+    code, out, err = gpupipe_run_in_process(tmp_path, penguins(**{"data.source": source, "data.format": "tfrecord"}),
+                                            capfd, monkeypatch)
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert code == 1 and errors == [f"error: ingest: {expected_line(source, what)}"], out
+    assert (tmp_path / "runs").exists()  # found by the ingest step, not before the run
+    no_tf_internals(err + out)
 
 
 def test_gpupipe_init_on_a_broken_tfrecord_file_is_one_line(tmp_path, capsys):
