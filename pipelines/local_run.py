@@ -218,7 +218,7 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
-              console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None,
+              console: Optional[TextIO] = None, quiet: bool = False, warm: Optional[bool] = None,
               cache: bool = True) -> RunSummary:
     """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
     returns the summary. Raises GpupipeError for input problems found before the run.
@@ -226,8 +226,11 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     has imported their libraries (pipelines/warm.py), the same command in a warm process.
     `cache`: ingest, validate, train and evaluate reuse the outputs of an earlier run with the
     same inputs, as KFP's cache does on the cluster (pipelines/task_cache.py); False reuses
-    nothing (what runs is still stored)."""
+    nothing (what runs is still stored). `console`: where progress goes (default: sys.stderr
+    as it is at the call, not at import, so an in-process caller that swaps it is safe)."""
     from pipelines.warm import enabled, warm_tasks
+
+    console = sys.stderr if console is None else console
 
     warm = enabled() if warm is None else warm
     from kfp import local
@@ -314,7 +317,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     return summary
 
 
-def resume_local(run_dir: str, console: TextIO = sys.stderr, quiet: bool = False, warm: Optional[bool] = None,
+def resume_local(run_dir: str, console: Optional[TextIO] = None, quiet: bool = False, warm: Optional[bool] = None,
                  cache: bool = True) -> RunSummary:
     """Runs a local run again with its own config and parameters (its RUN_FILE), into the same
     runs folder: the tasks that finished are reused from the cache, the failed one and those
