@@ -129,9 +129,9 @@ def warm_session():
     the local runs of the tests (`gpupipe run` in a subprocess, run_local in process) fork
     their tasks from it instead of each starting a server that imports TensorFlow again,
     and so do the multi-process training tests (`warm_python`). Every task is still its own
-    process with its own environment, streams, signals and exit code. The compiled-YAML run
-    on GCS and tests/test_warm.py clear these variables to run cold or with a server of
-    their own."""
+    process with its own environment, streams, signals and exit code. tests/test_warm.py
+    clears these variables to run cold or with a server of its own; tasks starting cold, as
+    pods do, are proven by `./dev image-test` (images/image_test.py)."""
     from pipelines import warm
 
     preload = (*warm.EVERYTHING, "components.train.launch", "components.train.__main__")
@@ -159,7 +159,9 @@ def warm_session():
 @pytest.fixture
 def warm_python(warm_session):
     """(python, environment) for `python -m components.train ...` through the session's warm
-    server: the multi-process training tests that SIGTERM their workers use it (the client
-    passes a SIGTERM on); the SIGKILL test starts its processes cold, since a SIGKILL stops at
-    the process it hits."""
+    server: the multi-process training tests use it. The client passes a SIGTERM on to its
+    fork; a SIGKILL stops at the process it hits, so the SIGKILL tests kill the fork itself
+    (components/train/test_distributed.py finds it by its log file; the JobSet controller
+    fixture, tests/fixtures/jobset_controller.py, kills every process in the pod's working
+    directory)."""
     return warm_session.python, warm_session.environment
