@@ -15,21 +15,24 @@ from components.contracts.errors import GpupipeError
 BACKENDS = ["local", "gcs", "s3"]
 
 
+@pytest.fixture(scope="module")
+def upstreams():
+    """One GCS emulator and one moto S3 server for this module's tests (each started on first
+    use, tests/fixtures/faults.py `Upstreams`); every test gets a fresh, empty bucket on them."""
+    from tests.fixtures.faults import Upstreams
+
+    servers = Upstreams()
+    yield servers
+    servers.close()
+
+
 @pytest.fixture(params=BACKENDS)
-def base(request, tmp_path, monkeypatch):
+def base(request, tmp_path, monkeypatch, upstreams):
     """A fresh empty directory or bucket prefix on each backend."""
     if request.param == "local":
-        yield str(tmp_path / "base")
-    elif request.param == "gcs":
-        from tests.fixtures.gcs import gcs_emulator
-
-        with gcs_emulator(monkeypatch) as bucket:
-            yield f"gs://{bucket}/base"
-    else:
-        from tests.fixtures.s3 import s3_server
-
-        with s3_server(monkeypatch) as bucket:
-            yield f"s3://{bucket}/base"
+        return str(tmp_path / "base")
+    bucket, _ = upstreams.bucket(request.param, monkeypatch)
+    return f"{'gs' if request.param == 'gcs' else 's3'}://{bucket}/base"
 
 
 def test_small_objects_round_trip_and_absent_ones_read_as_none(base):
@@ -131,24 +134,22 @@ def test_concurrent_read_change_writes_lose_no_update(base):
     assert max(attempts) >= 1
 
 
-def test_s3_without_conditional_writes_uses_the_lock_object(monkeypatch):
+def test_s3_without_conditional_writes_uses_the_lock_object(monkeypatch, upstreams):
     """A server without If-Match (older Ceph, some appliances): GPUPIPE_S3_CONDITIONAL_WRITES=0
     runs each conditional write under `<key>.lock`; no update is lost and no lock is left."""
-    from tests.fixtures.s3 import s3_server
-
-    with s3_server(monkeypatch) as bucket:
-        monkeypatch.setenv("GPUPIPE_S3_CONDITIONAL_WRITES", "0")
-        monkeypatch.setenv("GPUPIPE_S3_LOCK_SETTLE", "0.05")
-        uri = f"s3://{bucket}/base/counter.json"
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda _: _increment(uri), range(8)))
-        assert json.loads(storage.read_bytes(uri))["n"] == 8
-        assert not storage.exists(uri + ".lock")
-        # a writer killed while holding the lock: after its expiry the next one takes it over
-        monkeypatch.setenv("GPUPIPE_S3_LOCK_SECONDS", "1")
-        storage.write_text(uri + ".lock", json.dumps({"owner": "killed", "expires": 0}))
-        _increment(uri)
-        assert json.loads(storage.read_bytes(uri))["n"] == 9
+    bucket, _ = upstreams.bucket("s3", monkeypatch)
+    monkeypatch.setenv("GPUPIPE_S3_CONDITIONAL_WRITES", "0")
+    monkeypatch.setenv("GPUPIPE_S3_LOCK_SETTLE", "0.05")
+    uri = f"s3://{bucket}/base/counter.json"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: _increment(uri), range(8)))
+    assert json.loads(storage.read_bytes(uri))["n"] == 8
+    assert not storage.exists(uri + ".lock")
+    # a writer killed while holding the lock: after its expiry the next one takes it over
+    monkeypatch.setenv("GPUPIPE_S3_LOCK_SECONDS", "1")
+    storage.write_text(uri + ".lock", json.dumps({"owner": "killed", "expires": 0}))
+    _increment(uri)
+    assert json.loads(storage.read_bytes(uri))["n"] == 9
 
 
 def test_local_conditional_writes_hold_across_processes(tmp_path):
@@ -166,20 +167,16 @@ def test_bucketless_uris_are_a_one_line_error():
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_missing_bucket_is_one_line_naming_it(kind, monkeypatch):
-    if kind == "gcs":
-        from tests.fixtures.gcs import gcs_emulator as server
-    else:
-        from tests.fixtures.s3 import s3_server as server
+def test_a_missing_bucket_is_one_line_naming_it(kind, monkeypatch, upstreams):
     scheme = "gs" if kind == "gcs" else "s3"
-    with server(monkeypatch):
-        for call in (storage.list_prefix, lambda uri: storage.write_text(uri, "x")):
-            with pytest.raises(storage.StorageError) as err:
-                call(f"{scheme}://no-such-bucket/serving/models.config")
-            assert err.value.kind == "not found" and "\n" not in str(err.value)
-            assert str(err.value).startswith(f"{scheme}://no-such-bucket/serving/models.config: bucket no-such-bucket "
-                                             "does not exist"), str(err.value)
-            assert str(err.value).endswith("or create the bucket")
+    upstreams.bucket(kind, monkeypatch)  # the client pointed at a server that has buckets, none of that name
+    for call in (storage.list_prefix, lambda uri: storage.write_text(uri, "x")):
+        with pytest.raises(storage.StorageError) as err:
+            call(f"{scheme}://no-such-bucket/serving/models.config")
+        assert err.value.kind == "not found" and "\n" not in str(err.value)
+        assert str(err.value).startswith(f"{scheme}://no-such-bucket/serving/models.config: bucket no-such-bucket "
+                                         "does not exist"), str(err.value)
+        assert str(err.value).endswith("or create the bucket")
 
 
 def test_the_configs_retry_bounds_reach_the_clients(monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 
 from components.contracts import storage
 from components.contracts.storage import retry
-from tests.fixtures.faults import Blackhole, FaultProxy
+from tests.fixtures.faults import Blackhole, FaultProxy, Upstreams
 from tests.fixtures.gcs import free_port
 
 pytestmark = pytest.mark.unit
@@ -23,30 +23,40 @@ FAST = {retry.ATTEMPTS_ENV: "6", retry.CONNECT_TIMEOUT_ENV: "2", retry.READ_TIME
 
 @pytest.fixture(autouse=True)
 def short_backoff(monkeypatch):
-    """GCS retries wait 0.05 s doubling instead of 0.5 s (our bound, read per call); what is
-    tried again, and how often, stays the same."""
+    """GCS retries (and s3.py's own re-fetch of a broken body) wait 0.05 s doubling instead of
+    0.5 s (our bound, read per call); botocore's standard mode waits rand(0, 1) x 0.05 s
+    doubling after a throttling answer (its 503 SlowDown, 429) as it already does after any
+    other fault, instead of x 1 s (its base scale, which storage.retry has no key for). What
+    is tried again, and how often, stays the same."""
+    from botocore.retries.standard import ExponentialBackoff
+
     monkeypatch.setattr(retry, "INITIAL_BACKOFF", 0.05)
+    monkeypatch.setitem(ExponentialBackoff._DEFAULT_BACKOFF_CONFIG, "throttling_base_scale", 0.05)
 
 
-@contextlib.contextmanager
-def store_behind_proxy(kind: str, monkeypatch, **proxy_args):
-    """(bucket URI, proxy): the real server of `kind`, the client pointed at the proxy."""
-    for name, value in FAST.items():
-        monkeypatch.setenv(name, value)
-    if kind == "gcs":
-        from tests.fixtures.gcs import gcs_emulator
+@pytest.fixture(scope="module")
+def upstreams():
+    """One GCS emulator and one moto S3 server for this module's tests (each started on first
+    use); every test gets a fresh, empty bucket on them."""
+    servers = Upstreams()
+    yield servers
+    servers.close()
 
-        with gcs_emulator(monkeypatch) as bucket:
-            with FaultProxy(os.environ["STORAGE_EMULATOR_HOST"], "gcs", **proxy_args) as proxy:
-                monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-                yield f"gs://{bucket}", proxy
-    else:
-        from tests.fixtures.s3 import s3_server
 
-        with s3_server(monkeypatch) as bucket:
-            with FaultProxy(os.environ["AWS_ENDPOINT_URL_S3"], "s3", **proxy_args) as proxy:
-                monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
-                yield f"s3://{bucket}", proxy
+@pytest.fixture
+def store_behind_proxy(upstreams, monkeypatch):
+    """store_behind_proxy(kind, **proxy_args): a context of (bucket URI, proxy): a fresh bucket
+    on the real server of `kind`, the client pointed at a FaultProxy in front of it."""
+    @contextlib.contextmanager
+    def behind_proxy(kind: str, **proxy_args):
+        for name, value in FAST.items():
+            monkeypatch.setenv(name, value)
+        bucket, upstream = upstreams.bucket(kind, monkeypatch)
+        with FaultProxy(upstream, kind, **proxy_args) as proxy:
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST" if kind == "gcs" else "AWS_ENDPOINT_URL_S3", proxy.url)
+            yield f"{'gs' if kind == 'gcs' else 's3'}://{bucket}", proxy
+
+    return behind_proxy
 
 
 def a_tree(root, files: int = 24, seed: int = 0) -> dict:
@@ -74,18 +84,13 @@ def read_back(uri: str, into) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_at_a_ten_percent_fault_rate_a_tree_comes_back_byte_for_byte(kind, tmp_path, monkeypatch, caplog):
+def test_at_a_ten_percent_fault_rate_a_tree_comes_back_byte_for_byte(kind, tmp_path, caplog, store_behind_proxy):
     made = a_tree(tmp_path / "model")
     caplog.set_level(logging.WARNING, logger="gpupipe.storage")
-    with store_behind_proxy(kind, monkeypatch, rate=0.10, seed=7) as (bucket, proxy):
-        # without faults first: the reference
-        proxy.rate = 0.0
-        storage.put_tree(str(tmp_path / "model"), f"{bucket}/clean/1", last="saved_model.pb")
-        clean = read_back(f"{bucket}/clean/1", tmp_path / "clean")
-        assert clean == made and not proxy.injected
+    with store_behind_proxy(kind, rate=0.10, seed=7) as (bucket, proxy):
+        # the reference is the tree on disk itself (`made`), so no pass without faults first
         retry.reset_counts()
         caplog.clear()
-        proxy.rate = 0.10
         storage.put_tree(str(tmp_path / "model"), f"{bucket}/faulty/1", last="saved_model.pb")
         faulty = read_back(f"{bucket}/faulty/1", tmp_path / "faulty")
         with storage.open_for_reading(f"{bucket}/faulty/1/part-01.bin", "data.source") as f:
@@ -107,9 +112,9 @@ def test_at_a_ten_percent_fault_rate_a_tree_comes_back_byte_for_byte(kind, tmp_p
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_403_in_the_middle_of_a_multi_file_write_is_one_line(kind, tmp_path, monkeypatch):
+def test_a_403_in_the_middle_of_a_multi_file_write_is_one_line(kind, tmp_path, store_behind_proxy):
     a_tree(tmp_path / "model", files=10)
-    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+    with store_behind_proxy(kind) as (bucket, proxy):
         proxy.schedule("403", nth=5, sticky=True)  # the permission is withdrawn at the fifth upload
         target = f"{bucket}/models/1"
         with pytest.raises(storage.StorageError) as err:
@@ -130,7 +135,7 @@ def test_a_403_in_the_middle_of_a_multi_file_write_is_one_line(kind, tmp_path, m
 def test_an_endpoint_that_is_down_is_one_line_within_a_bounded_time(kind, how, monkeypatch, tmp_path):
     monkeypatch.setenv(retry.ATTEMPTS_ENV, "3")
     monkeypatch.setenv(retry.CONNECT_TIMEOUT_ENV, "1")
-    monkeypatch.setenv(retry.READ_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(retry.READ_TIMEOUT_ENV, "0.5")
     monkeypatch.setenv(retry.DEADLINE_ENV, "30")
     with contextlib.ExitStack() as stack:
         url = f"http://127.0.0.1:{free_port()}" if how == "refused" else stack.enter_context(Blackhole()).url
@@ -152,7 +157,8 @@ def test_an_endpoint_that_is_down_is_one_line_within_a_bounded_time(kind, how, m
     assert err.value.kind == retry.UNREACHABLE and "\n" not in message
     assert message.startswith(f"{uri}: cannot reach {url} after 3 tries in "), message
     assert message.endswith("or raise storage.retry.attempts")
-    # 3 tries: at most 3 timeouts of 1 s and two waits (GCS: 0.5 s, 1 s with jitter; botocore: up to 1 s, 2 s)
+    # 3 tries: at most 3 timeouts (a refused connect: at once; a hung answer: the read timeout, 0.5 s) and two
+    # waits (short_backoff: GCS 0.05 s, 0.1 s with jitter; botocore up to 0.05 s, 0.1 s); the client's start included
     assert seconds < 8, seconds
 
 
@@ -181,11 +187,11 @@ def test_gpupipe_versions_against_an_s3_endpoint_that_is_down_is_one_line(attemp
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_create_only_write_whose_answer_is_lost_still_wins(kind, monkeypatch):
+def test_a_create_only_write_whose_answer_is_lost_still_wins(kind, store_behind_proxy):
     """The claim reaches the server, its answer is lost, the client replays it and meets a
     412: its own first try (the write's id in the object's metadata), so the claim is ours;
     another writer's claim of the same bytes stays a Conflict."""
-    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+    with store_behind_proxy(kind) as (bucket, proxy):
         proxy.schedule("lose", nth=1)
         retry.reset_counts()
         claim = f"{bucket}/serving/m/claims/7"
@@ -217,13 +223,13 @@ def _store_state(base: str, into) -> tuple:
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp_path, monkeypatch):
+def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp_path, store_behind_proxy):
     from components.contracts.blessing import Blessing
     from components.push.logic import push_model
     from components.push.settings import ServingSettings
 
     a_tree(tmp_path / "model", files=6)
-    with store_behind_proxy(kind, monkeypatch, rate=0.0, seed=3) as (bucket, proxy):
+    with store_behind_proxy(kind, rate=0.0, seed=3) as (bucket, proxy):
         for rate, name in ((0.0, "clean"), (0.10, "faulty")):
             proxy.rate = rate
             retry.reset_counts()
@@ -244,7 +250,7 @@ def test_pushes_through_a_ten_percent_fault_rate_end_as_without_faults(kind, tmp
     assert sum(n for k, n in proxy.injected.items() if k != "delay") >= 3 and pushed_retries >= 3
 
 
-def _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch):
+def _push_with_a_403_in_the_middle(kind, tmp_path, store_behind_proxy):
     """Version 1 pushed; version 2's push meets one refused upload in the middle of its
     files. (the error, the store, version 2's objects left)"""
     from components.contracts.blessing import Blessing
@@ -254,7 +260,7 @@ def _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch):
     from components.store.base import ServingStore
 
     a_tree(tmp_path / "model", files=10)
-    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+    with store_behind_proxy(kind) as (bucket, proxy):
         base = f"{bucket}/serving"
         push_model(ServingSettings(base=base, model_name="m"), str(tmp_path / "model"),
                    Blessing(True, "accuracy", 1.0, 0.0, ["ok"]), run_id="run-1")
@@ -275,21 +281,17 @@ def _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_403_in_the_middle_of_a_push_leaves_no_partial_version(kind, tmp_path, monkeypatch):
-    """The push fails in one line, version 2 is recorded failed and its files are gone
-    (release copy included); version 1 stays stable."""
+def test_a_403_in_the_middle_of_a_push_leaves_no_partial_version_and_says_access_was_denied(kind, tmp_path,
+                                                                                             store_behind_proxy):
+    """The push fails in one line that says access was denied, version 2 is recorded failed
+    and its files are gone (release copy included); version 1 stays stable."""
     from components.store import states
 
-    err, versions, record, left = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
+    err, versions, record, left = _push_with_a_403_in_the_middle(kind, tmp_path, store_behind_proxy)
     assert "\n" not in str(err)
+    assert isinstance(err, storage.StorageError) and err.kind == retry.PERMISSION_DENIED, str(err)
     assert versions == [1] and not left, left
     assert record["versions"]["2"]["state"] == "failed" and states.labels(record) == {"stable": 1}
-
-
-@pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_403_in_the_middle_of_a_push_says_access_was_denied(kind, tmp_path, monkeypatch):
-    err, _, _, _ = _push_with_a_403_in_the_middle(kind, tmp_path, monkeypatch)
-    assert isinstance(err, storage.StorageError) and err.kind == retry.PERMISSION_DENIED, str(err)
 
 
 def _examples(out) -> dict:
@@ -310,7 +312,7 @@ def _examples(out) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_ingest_through_a_ten_percent_fault_rate_writes_the_same_examples(kind, tmp_path, monkeypatch, ingest):
+def test_ingest_through_a_ten_percent_fault_rate_writes_the_same_examples(kind, tmp_path, ingest, store_behind_proxy):
     """penguins as four CSV shards and a Parquet copy on the store: the ingest step reads
     them through the faults and writes the examples (row for row, value for value) it
     writes without faults, the same split and the same fingerprint."""
@@ -324,7 +326,7 @@ def test_ingest_through_a_ten_percent_fault_rate_writes_the_same_examples(kind, 
     for i in range(12):
         pacsv.write_csv(table.slice(i * 29, 29), shards / f"part-{i:02d}.csv")
     args = ("species", ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"], ["island", "sex"])
-    with store_behind_proxy(kind, monkeypatch, seed=11) as (bucket, proxy):
+    with store_behind_proxy(kind, seed=11) as (bucket, proxy):
         storage.upload_tree(str(shards), f"{bucket}/penguins")
         outputs = {}
         for rate in (0.0, 0.10):
@@ -340,7 +342,7 @@ def test_ingest_through_a_ten_percent_fault_rate_writes_the_same_examples(kind, 
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, tmp_path, monkeypatch):
+def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, tmp_path, store_behind_proxy):
     """The trainer's backup is upload_tree(backup_dir, home, last=index) after each
     checkpoint (components/train/runtime.py), its restore download_prefix: three
     checkpoints, each replacing and dropping files, mirrored through the faults; the
@@ -349,7 +351,7 @@ def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, t
     import shutil
 
     rng = random.Random(5)
-    with store_behind_proxy(kind, monkeypatch, seed=5) as (bucket, proxy):
+    with store_behind_proxy(kind, seed=5) as (bucket, proxy):
         restored = {}
         for rate in (0.0, 0.10):
             proxy.rate = rate
@@ -374,7 +376,7 @@ def test_backups_mirrored_through_a_ten_percent_fault_rate_restore_whole(kind, t
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_a_read_refused_in_the_middle_of_a_file_is_one_line_from_the_reader(kind, tmp_path, monkeypatch):
+def test_a_read_refused_in_the_middle_of_a_file_is_one_line_from_the_reader(kind, tmp_path, store_behind_proxy):
     """The data source's reader (Arrow reading through the storage layer's stream) meets a
     403 on its third range: the StorageError comes through Arrow, one line, the file named."""
     import pyarrow as pa
@@ -383,7 +385,7 @@ def test_a_read_refused_in_the_middle_of_a_file_is_one_line_from_the_reader(kind
 
     big = tmp_path / "big.csv"
     big.write_text("a,b\n" + "".join(f"{i},x{i}\n" for i in range(400_000)))  # 6 MB: several ranges
-    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+    with store_behind_proxy(kind) as (bucket, proxy):
         storage.upload_file(str(big), f"{bucket}/data/big.csv")
         (source,) = readers.resolve(f"{bucket}/data/big.csv")
         proxy.schedule("403", nth=3, methods=("GET",), sticky=True)
@@ -395,13 +397,13 @@ def test_a_read_refused_in_the_middle_of_a_file_is_one_line_from_the_reader(kind
     if kind == "gcs":
         assert message == (f"{bucket}/data/big.csv: permission denied (gpupipe-test@example.iam.gserviceaccount.com "
                            "does not have storage.objects.get access to the Google Cloud Storage object.); grant the "
-                           "credentials' service account roles/storage.objectAdmin on bucket gpupipe-test "
+                           f"credentials' service account roles/storage.objectAdmin on bucket {storage.split(bucket)[0]} "
                            "(roles/storage.objectViewer where it only reads)")
 
 
 @pytest.mark.parametrize("kind", ["gcs", "s3"])
-def test_credentials_the_server_refuses_are_one_line_naming_the_keys(kind, monkeypatch):
-    with store_behind_proxy(kind, monkeypatch) as (bucket, proxy):
+def test_credentials_the_server_refuses_are_one_line_naming_the_keys(kind, store_behind_proxy):
+    with store_behind_proxy(kind) as (bucket, proxy):
         proxy.schedule("refused", nth=1, methods=("GET",), sticky=True)
         with pytest.raises(storage.StorageError) as err:
             storage.read_bytes(f"{bucket}/serving/m/versions.json")
@@ -415,12 +417,12 @@ def test_credentials_the_server_refuses_are_one_line_naming_the_keys(kind, monke
                                   "records.); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), message
 
 
-def test_a_steps_log_shows_each_retry(monkeypatch, capfd):
+def test_a_steps_log_shows_each_retry(capfd, store_behind_proxy):
     """A step (an entry point under reports_errors) logs every retry on stderr, its task's
     run.log; the one-line contract of the CLI's terminal is held by the CLI tests above."""
     from components.contracts.errors import reports_errors
 
-    with store_behind_proxy("s3", monkeypatch) as (bucket, proxy):
+    with store_behind_proxy("s3") as (bucket, proxy):
         @reports_errors("push")
         def step():
             proxy.schedule("503", nth=1, methods=("PUT",))
