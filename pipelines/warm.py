@@ -149,26 +149,30 @@ def serve(path: str, preload=PRELOAD) -> None:
     import warnings
 
     warnings.simplefilter("ignore")
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    children: Dict[int, socket.socket] = {}
+
+    def stop(*_) -> None:
+        # At once, also in the middle of an import (TensorFlow's takes seconds): the tasks
+        # still running get SIGTERM, as below, and nothing else is left to finish.
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     listener.listen(8)
     os.rename(path + ".tmp", path)
-    children: Dict[int, socket.socket] = {}
     pending = [*preload, *(STEP_NEEDS["ingest"] if tuple(preload) == PRELOAD else ())]  # a run starts at ingest's
-    while not stopping:
+    while True:  # until SIGTERM (stop)
         step = _serve_once(listener, children, timeout=0 if pending else 0.2)
         if step:
             pending = [m for m in pending + lookahead(step) if m not in sys.modules]
         if pending:
             _import(pending.pop(0))
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    listener.close()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def _import(name: str) -> None:
