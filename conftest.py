@@ -157,6 +157,16 @@ def warm_session():
 
 
 @pytest.fixture
+def warm_module(warm_session):
+    """module -> (python, environment) that runs `python -m module` as a fork of the session's
+    warm server (for a test module run as a process of its own, which components/ cannot ask
+    pipelines/warm_client for)."""
+    from pipelines.warm_client import MODULES_ENV
+
+    return lambda module: (warm_session.python, {**warm_session.environment, MODULES_ENV: module})
+
+
+@pytest.fixture
 def warm_python(warm_session):
     """(python, environment) for `python -m components.train ...` through the session's warm
     server: the multi-process training tests use it. The client passes a SIGTERM on to its

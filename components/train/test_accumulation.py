@@ -97,20 +97,19 @@ def mirrored_result() -> dict:
     return out
 
 
-def test_under_mirrored_strategy_each_replica_accumulates_and_the_update_matches_the_large_batch(warm_python):
+def test_under_mirrored_strategy_each_replica_accumulates_and_the_update_matches_the_large_batch(warm_module):
     """Two replicas (two logical CPUs, in a process of their own: devices are fixed once TF
     starts): each accumulates its half of every micro-batch, the all-reduce runs when applying,
     and the weights end as after one step of 4 x the batch on one device. Under
     mixed_float16, so the LossScaleOptimizer sits inside the accumulation (and the
     accumulation's cross-replica path is the same with or without it). The process is a fork
-    of the session's warm server (the root conftest's `warm_python`), which imported
+    of the session's warm server (the root conftest's `warm_module`), which imported
     TensorFlow without starting its runtime, so the devices are still this process's to set."""
     from conftest import ROOT
-    from pipelines.warm_client import MODULES_ENV
 
-    python, warm_env = warm_python
+    python, warm_env = warm_module(MODULE)
     done = subprocess.run([python, "-m", MODULE], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **warm_env, MODULES_ENV: MODULE, "PYTHONPATH": str(ROOT),
+                          env={**os.environ, **warm_env, "PYTHONPATH": str(ROOT),
                                "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.split("RESULT ", 1)[1])
