@@ -138,12 +138,18 @@ def earlier_attempt(directory: str, hyperparameters: dict) -> Optional[dict]:
     if not text:
         return None
     record = json.loads(text)
-    same = record.get("hyperparameters") == json.loads(json.dumps(hyperparameters))
+    same = record.get("hyperparameters") == hyperparameters
     report = storage.read_text(storage.join(directory, "report", names.TRAIN_REPORT_FILE)) if same else None
     if not same or (record.get("completed") and not report):  # other values, or a finish without its report
         storage.delete_prefix(directory)
         return None
     return json.loads(report) if record.get("completed") else None
+
+
+def record_trial(directory: str, hyperparameters: dict, completed: bool) -> None:
+    """The trial's TRIAL_FILE: what earlier_attempt reads on a retry."""
+    storage.write_text(storage.join(directory, TRIAL_FILE),
+                       json.dumps({"hyperparameters": hyperparameters, "completed": completed}))
 
 
 def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, parallel: int = 1,
@@ -185,18 +191,18 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
     def run(trial) -> None:
         s = trial_settings(settings, trial.hyperparameters.values)
         directory = storage.join(trials_home, f"trial-{trial.trial_id}")
-        record = {"trial_id": trial.trial_id, **trial_hyperparameters(s), "objective": metric}
-        print(f"tune: trial {trial.trial_id} {json.dumps(trial_hyperparameters(s))}", flush=True)
+        hyperparameters = trial_hyperparameters(s)
+        record = {"trial_id": trial.trial_id, **hyperparameters, "objective": metric}
+        print(f"tune: trial {trial.trial_id} {json.dumps(hyperparameters)}", flush=True)
         t0 = clock()
         try:
-            earlier = earlier_attempt(directory, trial_hyperparameters(s))
+            earlier = earlier_attempt(directory, hyperparameters)
             if earlier is not None:  # a retried train task: this trial finished in an earlier attempt
                 value, report = score(earlier, metric, direction), earlier
                 record["reused"] = True
                 print(f"tune: trial {trial.trial_id} finished in an earlier attempt of this task: reused", flush=True)
             else:
-                storage.write_text(storage.join(directory, TRIAL_FILE),
-                                   json.dumps({"hyperparameters": trial_hyperparameters(s)}))
+                record_trial(directory, hyperparameters, completed=False)
                 value, report = train_trial(s, directory)
             if not math.isfinite(value):
                 raise GpupipeError(f"{metric} is {value}: the trial diverged; narrow training.tune.learning_rate")
@@ -205,8 +211,7 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
             record.update(status="failed", value=None, message=f"{type(err).__name__}: {err}"[:500])
         else:
             trial.status = kt.engine.trial.TrialStatus.COMPLETED
-            storage.write_text(storage.join(directory, TRIAL_FILE),
-                               json.dumps({"hyperparameters": trial_hyperparameters(s), "completed": True}))
+            record_trial(directory, hyperparameters, completed=True)
             record.update(status="completed", value=value, epochs_run=report.get("epochs_run"),
                           best_epoch=report.get("best_epoch"), optimizer_steps=report.get("optimizer_steps"),
                           train_seconds=report.get("train_seconds"))
