@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before any TensorFlow import)
-from components.contracts.settings import Columns
+from components.kinds import Columns
 
 ROOT = Path(__file__).resolve().parent
 PENGUINS_CSV = ROOT / "data" / "penguins.csv"

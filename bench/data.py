@@ -74,7 +74,10 @@ def stage(name: str, workdir: str, rows: int, level: int) -> dict:
         from components.ingest.tables import as_list_batch, column_types, split_is_eval
         from components.sources import readers
 
-        types = column_types(synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL)
+        from components.kinds import Columns
+
+        types = column_types(Columns(label=synthetic.LABEL, numeric_features=synthetic.NUMERIC,
+                                     categorical_features=synthetic.CATEGORICAL))
         train = StatisticsAccumulator()
         for batch in readers.read_batches(readers.resolve(csv_path)[0], types):
             train.add(as_list_batch(batch.filter(pa.array(~split_is_eval(batch, 10, None)))))

@@ -43,7 +43,7 @@ def main() -> None:
 
     from bench.train import prepare
     from components.contracts.examples import examples_pattern
-    from components.contracts.features import specs_from_statistics
+    from components.kinds import Columns, specs_from_statistics
     from components.contracts.names import CACHE_MEMORY, TRAIN_SPLIT
     from components.contracts.statistics import load_statistics
     from components.train.logic import compile_model
@@ -56,8 +56,7 @@ def main() -> None:
     s, data = config.training, config.data
     examples, _, _ = prepare(args.rows, args.workdir or tempfile.mkdtemp(prefix="gpupipe-bench-"), args.seed)
     stats = load_statistics(os.path.join(examples, "statistics"), TRAIN_SPLIT)
-    specs = specs_from_statistics(stats, data.label, list(data.numeric_features), list(data.categorical_features),
-                                  s.task, s.max_vocabulary, s.hash_buckets)
+    specs = specs_from_statistics(stats, data, s.task, s.max_vocabulary, s.hash_buckets)
     steps_per_epoch = math.ceil(int(stats.num_examples) / s.batch_size)
     pattern = examples_pattern(examples, TRAIN_SPLIT)
     graph_code_without_autograph()  # as the trainer does

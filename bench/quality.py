@@ -155,7 +155,7 @@ def cross_validated(frame, label: str, task: str, metric: str) -> Dict[str, floa
 
 
 def bench_table(name: str, workdir: Path, cv: bool) -> dict:
-    from components.contracts.features import load_feature_specs
+    from components.kinds import load_feature_specs
 
     load, label = TABLES[name]
     frame = load()

@@ -35,7 +35,7 @@ import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 def prepare(rows: int, workdir: str, seed: int):
     """Synthetic rows -> ingest shards -> train-split statistics -> feature specs."""
-    from components.contracts.features import specs_from_statistics
+    from components.kinds import Columns, specs_from_statistics
     from components.ingest.logic import ingest_data
     from components.ingest.settings import DataSettings
     from components.sources import synthetic
@@ -47,8 +47,7 @@ def prepare(rows: int, workdir: str, seed: int):
                                  numeric_features=synthetic.NUMERIC, categorical_features=synthetic.CATEGORICAL,
                                  split={"eval_percent": 10}), examples, shard_rows=max(10_000, rows // 16))
     stats = ingest_statistics(examples)["train"].datasets[0]
-    specs = specs_from_statistics(stats, synthetic.LABEL, synthetic.NUMERIC, synthetic.CATEGORICAL, task="binary",
-                                  max_vocabulary=1, hash_buckets=10_000)  # hash every categorical column
+    specs = specs_from_statistics(stats, Columns(label=synthetic.LABEL, numeric_features=synthetic.NUMERIC, categorical_features=synthetic.CATEGORICAL), task="binary", max_vocabulary=1, hash_buckets=10_000)  # hash every categorical column
     return examples, specs, int(stats.num_examples)
 
 

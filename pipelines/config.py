@@ -20,6 +20,7 @@ from components.contracts.pods import Toleration, check_quantity, quantity_value
 from components.contracts.settings import StorageSettings, Strict, check_secret_name
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
+from components.kinds import KINDS
 from components.notify.settings import NotifySettings
 from components.push.settings import NAME_RE, ServingSettings
 from components.train.settings import TrainSettings
@@ -210,9 +211,11 @@ class PipelineConfig(Strict):
 
     @model_validator(mode="after")
     def _slices_are_categorical(self) -> "PipelineConfig":
-        unknown = [s for s in self.evaluation.slices if s not in self.data.categorical_features]
+        sliceable = [kind for kind in KINDS.values() if kind.sliceable]
+        unknown = [s for s in self.evaluation.slices if (self.data.kind_of(s) or None) not in sliceable]
         if unknown:
-            raise ValueError(f"evaluation.slices: {', '.join(unknown)} not in data.categorical_features")
+            raise ValueError(f"evaluation.slices: {', '.join(unknown)} not in "
+                             f"{' or '.join(f'data.{kind.config_key}' for kind in sliceable)}")
         return self
 
     @field_validator("name")

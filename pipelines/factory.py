@@ -14,7 +14,7 @@ from components.contracts import names
 from components.contracts.compat import kfp_setters_without_source
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import PodShape
-from components.contracts.settings import Columns
+from components.kinds import Columns
 from components.evaluate.component import make_evaluate_op
 from components.fingerprint.component import make_fingerprint_op
 from components.ingest.component import make_ingest_op

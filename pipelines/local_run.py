@@ -204,8 +204,7 @@ def preflight(config: PipelineConfig, params: dict) -> None:
     """Fails fast, before any task starts, on a missing data file or a missing column."""
     data = config.data
     source = params[P_DATA_SOURCE]
-    check_columns(source, data.label, [*data.numeric_features, *data.categorical_features], data.split.key,
-                  data.format)
+    check_columns(source, data.label, data.features, data.split.key, data.format)
 
 
 def _latest_run_dir(pipeline_root: Path, name: str, before: set) -> Optional[Path]:

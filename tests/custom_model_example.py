@@ -4,13 +4,10 @@ file TFX's Trainer takes. Built from gpupipe's preprocessing helpers, so serving
 takes raw features."""
 import tf_keras
 
-from components.train.model import categorical_ids, embed_categorical, encode_numeric, model_inputs, output_layer
+from components.train.model import FeatureParts, output_layer
 
 
 def build(specs, settings):
-    inputs = model_inputs(specs)
-    parts = encode_numeric(specs, inputs) + embed_categorical(specs, categorical_ids(specs, inputs),
-                                                              settings.embedding_dim)
-    x = tf_keras.layers.Concatenate(name="custom_features")(parts)
-    x = tf_keras.layers.Dense(24, activation="tanh", name="custom_hidden")(x)
-    return tf_keras.Model(inputs, output_layer(specs, x), name="custom_tanh")
+    parts = FeatureParts(specs, settings)  # every feature's input and encoding, as its kind declares it
+    x = tf_keras.layers.Dense(24, activation="tanh", name="custom_hidden")(parts.dense)
+    return tf_keras.Model(parts.inputs, output_layer(specs, x), name="custom_tanh")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = {"contracts": {"contracts"}, "sources": {"contracts", "sources"}, "store": {"contracts", "store"}}
+SHARED = {"contracts": {"contracts"}, "kinds": {"contracts", "kinds"}, "sources": {"contracts", "kinds", "sources"},
+          "store": {"contracts", "store"}}
 
 
 def steps(components: Path) -> list:

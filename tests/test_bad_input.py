@@ -109,7 +109,8 @@ def test_a_config_the_cluster_would_refuse_is_one_line_before_anything_runs(tmp_
     ("(%)", "f_"), ("  a  b  ", "a_b"), ("class", "class_"),
 ])
 def test_a_column_name_tensorflow_refuses_maps_to_a_safe_name(column, safe):
-    from components.contracts.settings import Columns, safe_name, takes_as_written
+    from components.contracts.settings import safe_name, takes_as_written
+    from components.kinds import Columns
 
     assert safe_name(column) == safe and takes_as_written(safe) and safe_name(safe) == safe
     Columns(label="y", numeric_features=[column])  # accepted in a config as written

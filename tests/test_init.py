@@ -91,7 +91,7 @@ def test_the_config_proposed_for_penguins_reaches_accuracy_095(tmp_path, capsys)
     data, training and evaluation settings through ingest, validate, train and evaluate
     (the functions the pipeline's tasks call; in process, to spare the suite a second
     penguins run through kfp.local)."""
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.evaluate.logic import score_model
     from components.ingest.logic import run_ingest
     from components.train.logic import train_model
@@ -347,7 +347,7 @@ def test_a_table_sorted_by_its_label_gets_the_gate_from_the_eval_split(tmp_path,
     import tensorflow as tf
 
     from components.contracts.examples import split_files
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.evaluate.logic import run_evaluate
     from components.ingest.logic import run_ingest
     from components.train.logic import train_model

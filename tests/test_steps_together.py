@@ -4,7 +4,7 @@ against scikit-learn on real models."""
 import numpy as np
 import pytest
 
-from components.contracts.settings import Columns
+from components.kinds import Columns
 from components.evaluate.logic import score_model
 from components.ingest.logic import ingest_data
 from components.ingest.settings import DataSettings

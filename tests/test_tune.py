@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.contracts.settings import Columns
+from components.kinds import Columns
 from components.train.launch import PRIORITY_LABEL, TRIAL_LABEL, Launch, job_manifest, trial_launch
 from pipelines.config import load_config
 

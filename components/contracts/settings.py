@@ -1,4 +1,4 @@
-"""The base of every step's settings model, and the table's columns that every step shares.
+"""The base of every step's settings model, the names columns take, and the storage settings.
 
 A step's settings are one pydantic model: the config file holds it as a section, the
 pipeline passes it to the step as one JSON parameter, and the step reads it back with
@@ -60,41 +60,6 @@ class Strict(BaseModel):
     def part_of(cls: Type[S], model: BaseModel) -> S:
         """This model's fields, taken from a larger model that has them all."""
         return cls.model_validate(model.model_dump(include=set(cls.model_fields)))
-
-
-class Columns(Strict):
-    """Which columns of the table are the label and the features, and of which kind."""
-
-    label: str
-    numeric_features: List[str] = Field(default_factory=list)
-    categorical_features: List[str] = Field(default_factory=list)
-
-    @property
-    def features(self) -> List[str]:
-        return [*self.numeric_features, *self.categorical_features]
-
-    @model_validator(mode="after")
-    def _features_are_distinct(self) -> "Columns":
-        if not self.numeric_features and not self.categorical_features:
-            raise ValueError("declare at least one of numeric_features, categorical_features")
-        both = sorted(set(self.numeric_features) & set(self.categorical_features))
-        if both:
-            raise ValueError(f"feature {', '.join(repr(n) for n in both)} is declared both numeric and categorical; "
-                             "keep it in one of numeric_features, categorical_features")
-        names = self.features
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"feature listed twice: {', '.join(dupes)}")
-        if self.label in names:
-            raise ValueError(f"label '{self.label}' is also listed as a feature")
-        taken: Dict[str, str] = {}
-        for column in [self.label, *names]:
-            safe = safe_name(column)
-            if safe in taken:
-                raise ValueError(f"columns {taken[safe]!r} and {column!r} both map to the safe name {safe!r} (the "
-                                 "names TensorFlow takes); rename one in the data and here")
-            taken[safe] = column
-        return self
 
 
 # -- object storage -----------------------------------------------------------------------

@@ -21,6 +21,8 @@ import numpy as np
 from components.contracts import names
 from components.contracts.examples import read_manifest
 from components.contracts.linear import LINEAR_MAX_TRAIN_ROWS, design_matrix, fit_design, fit_linear, read_split
+from components.kinds import kind_named
+from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC
 
 
 @dataclass
@@ -41,9 +43,13 @@ def linear_baseline(examples_dir: str, task: str, classes: List[str]) -> Tuple[O
     if manifest is None or not manifest.get("features"):
         return None, "the examples have no manifest naming their features"
     regression = task == "regression"
-    label, kinds = manifest["label"], dict(manifest["features"])
-    numeric = [n for n, k in kinds.items() if k == "numeric"]
-    categorical = [n for n, k in kinds.items() if k != "numeric"]
+    # How the design takes each feature: its kind's `linear` (a kind a linear model cannot take is left out).
+    label = manifest["label"]
+    kinds = {n: kind_named(k).linear for n, k in manifest["features"].items() if kind_named(k).linear}
+    if not kinds:
+        return None, "no feature of a kind a linear model takes"
+    numeric = [n for n, k in kinds.items() if k == LINEAR_NUMERIC]
+    categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
     train_rows = int(manifest.get("rows", {}).get(names.TRAIN_SPLIT, 0))
     stride = max(1, math.ceil(train_rows / LINEAR_MAX_TRAIN_ROWS))
     x_train, y_train = read_split(examples_dir, names.TRAIN_SPLIT, label, kinds, regression, stride)

@@ -18,7 +18,7 @@ from components.contracts import names
 from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
-from components.contracts.features import load_feature_specs
+from components.kinds import load_feature_specs
 from components.contracts.settings import safe_name
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         pr_curve, regression_metrics, roc_curve)

@@ -35,6 +35,7 @@ from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
 from components.ingest.settings import DataSettings
 from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch
+from components.kinds import Columns
 from components.sources import readers
 
 _LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
@@ -51,10 +52,10 @@ class ReadPrepareSplit:
     records of each batch and its list-column batch (for statistics); then one summary of
     the file, or the file's one-line error."""
 
-    def __init__(self, types, numeric_features: List[str], na_values: Sequence[str], eval_percent: int,
-                 split_key: Optional[str], features: Sequence[str]):
-        self.types, self.numeric_features, self.na_values = types, list(numeric_features), list(na_values)
-        self.eval_percent, self.split_key, self.features = eval_percent, split_key, list(features)
+    def __init__(self, types, columns: Columns, na_values: Sequence[str], eval_percent: int,
+                 split_key: Optional[str]):
+        self.types, self.columns, self.na_values = types, columns, list(na_values)
+        self.eval_percent, self.split_key = eval_percent, split_key
 
     def __call__(self, item):
         import pyarrow as pa
@@ -65,8 +66,7 @@ class ReadPrepareSplit:
         dropped = 0
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
-                lost, prepared = prepare_batch(batch, self.numeric_features, f.uri, self.eval_percent,
-                                               self.split_key, self.features)
+                lost, prepared = prepare_batch(batch, self.columns, f.uri, self.eval_percent, self.split_key)
                 dropped += lost
                 if prepared is None:
                     continue
@@ -268,12 +268,11 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
     import apache_beam as beam
 
     label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
-    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
     pipeline_args = list(settings.beam_pipeline_args)
     runner_of(pipeline_args)
     files = readers.resolve(settings.source, settings.format)
-    readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
-    types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
+    readers.check_file_columns(files[0], label, settings.features, split_key)
+    types = column_types(settings, numeric_label, split_key)
     check_reachable(files, pipeline_args)
     staging = staging_location(output_dir, pipeline_args)
     local = staging if not _remote(staging) else tempfile.mkdtemp(
@@ -284,8 +283,7 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.set_options(pipeline.options)
-        fn = ReadPrepareSplit(types, numeric_features, settings.na_values, eval_percent, split_key,
-                              [*numeric_features, *categorical_features])
+        fn = ReadPrepareSplit(types, Columns.part_of(settings), settings.na_values, eval_percent, split_key)
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
         if _remote(staging):

@@ -89,11 +89,9 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     (settings, output_dir, numeric_label); the rest here tunes this in-process engine
     (rows per shard, gzip level, statistics or not: bench/data.py measures them)."""
     label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
-    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
     files = readers.resolve(settings.source, settings.format)
-    readers.check_file_columns(files[0], label, [*numeric_features, *categorical_features], split_key)
-    types = column_types(label, numeric_features, categorical_features, numeric_label, split_key)
-    features = [*numeric_features, *categorical_features]
+    readers.check_file_columns(files[0], label, settings.features, split_key)
+    types = column_types(settings, numeric_label, split_key)
     writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
                for split in names.SPLITS}
     statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
@@ -103,7 +101,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
         for f in files:
             file_rows = 0
             for batch in readers.read_batches(f, types, settings.na_values):
-                dropped, prepared = prepare_batch(batch, numeric_features, f.uri, eval_percent, split_key, features)
+                dropped, prepared = prepare_batch(batch, settings, f.uri, eval_percent, split_key)
                 dropped_no_label += dropped
                 if prepared is None:
                     continue

@@ -6,7 +6,8 @@ from typing import List, Literal, Optional
 from pydantic import Field, model_validator
 
 from components.contracts.names import NA_VALUES
-from components.contracts.settings import Columns, Strict
+from components.contracts.settings import Strict
+from components.kinds import Columns
 
 
 class SplitSettings(Strict):

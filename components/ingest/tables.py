@@ -20,6 +20,7 @@ from components.contracts.examples import as_list_batch, encode_examples, ingest
 from components.contracts.settings import safe_name
 from components.contracts.statistics import write_statistics
 from components.ingest.settings import DataSettings
+from components.kinds import Columns
 from components.sources import readers
 
 SHARD_ROWS = 200_000
@@ -30,14 +31,14 @@ GZIP_LEVEL = 1
 _HASH_KEY = "gpupipe-split-v1"
 
 
-def column_types(label: str, numeric: List[str], categorical: List[str],
-                 numeric_label: bool = False, split_key: Optional[str] = None) -> Dict[str, pa.DataType]:
-    """Declared kinds -> Arrow types: numeric float32, categorical string; the label is a
-    string (classification) or float32 (regression), and comes first. A split key that is
-    not a feature is read too, as text, for the split alone (prepare_batch drops it)."""
-    types = {label: pa.float32() if numeric_label else pa.string()}
-    types.update({name: pa.float32() for name in numeric})
-    types.update({name: pa.string() for name in categorical})
+def column_types(columns: Columns, numeric_label: bool = False, split_key: Optional[str] = None
+                 ) -> Dict[str, pa.DataType]:
+    """Declared kinds -> Arrow types, as each kind reads its column (numeric float32,
+    categorical string, ...); the label is a string (classification) or float32
+    (regression), and comes first. A split key that is not a feature is read too, as text,
+    for the split alone (prepare_batch drops it)."""
+    types = {columns.label: pa.float32() if numeric_label else pa.string()}
+    types.update({name: kind.arrow_type(setting) for name, kind, setting in columns.declared()})
     if split_key and split_key not in types:
         types[split_key] = pa.string()
     return types
@@ -66,30 +67,30 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
 
 
-def check_finite(batch: pa.RecordBatch, numeric: List[str], uri: str) -> None:
-    """inf and -inf are not measurements: they would turn the mean and the model into NaN."""
-    for name in numeric:
-        column = batch.column(batch.schema.get_field_index(name))
-        infinite = pc.sum(pc.is_inf(column)).as_py() or 0
-        if infinite:
-            raise GpupipeError(f"data: column '{name}' of {uri} holds inf or -inf ({infinite} in one batch of rows); "
-                               "replace them with numbers, or leave the cells empty (a missing value)")
+def check_values(batch: pa.RecordBatch, columns: Columns, uri: str) -> None:
+    """Each kind refuses the values a model cannot take (numeric: inf and -inf)."""
+    for name, kind, _ in columns.declared():
+        kind.check_batch(batch.column(batch.schema.get_field_index(name)), name, uri)
 
 
-def check_not_empty(stats: Dict[str, object], features: List[str], numeric: List[str], source: str) -> None:
+def check_not_empty(stats: Dict[str, object], columns: Columns, source: str) -> None:
     """A declared feature that is empty in every row teaches the model nothing (`stats`
     name the features by their safe names)."""
-    for name in features:
+    for name in columns.features:
         present = 0
         for split_stats in stats.values():
             for feature in split_stats.datasets[0].features:
                 if feature.path.step and feature.path.step[0] == safe_name(name):
-                    common = feature.num_stats.common_stats if feature.HasField("num_stats") else \
-                        feature.string_stats.common_stats
-                    present += common.num_non_missing
+                    present += common_statistics(feature).num_non_missing
         if not present:
-            key = "data.numeric_features" if name in numeric else "data.categorical_features"
+            key = columns.key_of(name)
             raise GpupipeError(f"{key}: column '{name}' is empty in every row of {source}; remove it from {key}")
+
+
+def common_statistics(feature):
+    """A feature's TFDV common statistics, whatever its type's statistics are."""
+    which = feature.WhichOneof("stats")
+    return getattr(feature, which).common_stats if which else feature.num_stats.common_stats
 
 
 @dataclass
@@ -113,19 +114,21 @@ class PreparedBatch:
         return [r for r, keep in zip(self.records, mask) if keep]
 
 
-def prepare_batch(batch: pa.RecordBatch, numeric_features: List[str], uri: str, eval_percent: int,
-                  split_key: Optional[str], features: Sequence[str]) -> Tuple[int, Optional[PreparedBatch]]:
+def prepare_batch(batch: pa.RecordBatch, columns: Columns, uri: str, eval_percent: int,
+                  split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
     """(rows dropped for a missing label, the rest prepared) for one batch as the reader
-    gave it (column_types' columns: the label first, the `features`, and a split key that
-    is not a feature): rows without a label dropped, inf refused, split by the key or the
-    feature values, the key dropped unless it is a feature, encoded. Both engines (this
-    module's loop and components/ingest/beam.py's DoFn) run every batch through it."""
+    gave it (column_types' columns: the label first, the features, and a split key that is
+    not a feature): rows without a label dropped, values each kind refuses refused, split by
+    the key or the feature values, the key dropped unless it is a feature, encoded. Both
+    engines (this module's loop and components/ingest/beam.py's DoFn) run every batch
+    through it."""
+    features = columns.features
     has_label = pc.is_valid(batch.column(0))
     dropped = batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
     batch = batch.filter(has_label)
     if batch.num_rows == 0:
         return dropped, None
-    check_finite(batch, numeric_features, uri)
+    check_values(batch, columns, uri)
     is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
     if split_key and split_key not in features:  # read for the split alone
         keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]
@@ -156,7 +159,6 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
     """The checks on the whole table (rows without a label, empty features, empty splits),
     then the statistics file and manifest.json (written last). Both engines end here."""
     source, label, split_key = settings.source, settings.label, settings.split.key
-    numeric_features, categorical_features = list(settings.numeric_features), list(settings.categorical_features)
     files, rows, dropped_no_label, stats = tally.files, tally.rows, tally.dropped_no_label, tally.stats
     max_dropped_label_fraction = settings.max_dropped_label_fraction
     read = sum(rows.values()) + dropped_no_label
@@ -166,7 +168,7 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
             f"'{label}' (empty, or spelt like one of data.na_values); check data.label, or raise "
             f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
     if stats and sum(rows.values()):
-        check_not_empty(stats, [*numeric_features, *categorical_features], numeric_features, source)
+        check_not_empty(stats, settings, source)
     if sum(rows.values()) == 0:
         raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
                            "with data")
@@ -187,12 +189,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
         "split": {"rule": "hash", "key": split_key or "<features>", "eval_percent": settings.split.eval_percent},
         "label": safe_name(label),
         "label_type": "numeric" if numeric_label else "categorical",
-        "features": {
-            **{safe_name(name): "numeric" for name in numeric_features},
-            **{safe_name(name): "categorical" for name in categorical_features},
-        },
-        "columns": {safe_name(c): c for c in [label, *numeric_features, *categorical_features]
-                    if safe_name(c) != c},
+        "features": {safe_name(name): kind.name for name, kind, _ in settings.declared()},
+        "columns": {safe_name(c): c for c in [label, *settings.features] if safe_name(c) != c},
         "compression": {"type": "GZIP", "level": compression_level},
         "engine": engine or {"name": "local"},
     }

@@ -14,7 +14,7 @@ def predict(source: str, data_format: str, columns: str, serving_base: str, mode
     `beam_pipeline_args`, JSON). Returns the rows scored."""
     import json
 
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.predict.logic import predict as score
     from components.predict.logic import summary as line
 

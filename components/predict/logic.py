@@ -20,8 +20,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 from components.contracts import names, storage
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import as_list_batch, encode_examples
-from components.contracts.features import load_feature_specs
-from components.contracts.settings import Columns
+from components.kinds import load_feature_specs
+from components.kinds import Columns
 from components.sources import readers
 from components.store import served, states
 from components.store.base import ServingStore
@@ -57,8 +57,7 @@ def served_version(serving_base: str, model_name: str, version: str = "stable") 
 def _types(columns: Columns, key: Optional[str]) -> Dict[str, object]:
     import pyarrow as pa
 
-    types = {name: pa.float32() for name in columns.numeric_features}
-    types.update({name: pa.string() for name in columns.categorical_features})
+    types = {name: kind.arrow_type(setting) for name, kind, setting in columns.declared()}
     if key and key not in types:
         types[key] = pa.string()
     return types

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
+from components.kinds import config_keys
 from components.sources import synthetic
 from components.sources.cells import select_and_cast
 from components.sources.csv_text import csv_batches, csv_header, csv_sample
@@ -94,7 +95,7 @@ def check_file_columns(first: SourceFile, label: str, features: List[str],
         if missing:
             raise GpupipeError(
                 f"data features: column(s) {', '.join(missing)} not found in {where} (columns: {', '.join(header)}); "
-                "fix data.numeric_features / data.categorical_features")
+                f"fix {config_keys()}")
     if split_key and split_key not in header:
         raise GpupipeError(f"data.split.key: column '{split_key}' not found in {where}; fix data.split.key")
     return header

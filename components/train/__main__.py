@@ -6,7 +6,7 @@ import sys
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 from components.contracts.errors import GpupipeError, reports_errors
-from components.contracts.settings import Columns
+from components.kinds import Columns
 from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
 from components.train.settings import TrainSettings

@@ -15,7 +15,7 @@ def train(examples: Input[Dataset], columns: str, settings: str, launch: str,
     examples artifact: train's cache key is its data and settings, not validate's run (which
     runs again after each push, against the new drift baseline)."""
     from components.contracts.examples import ingest_statistics_dir
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.train.logic import run_train_task
     from components.train.settings import TrainSettings
 

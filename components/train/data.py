@@ -13,14 +13,14 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.features import FeatureSpecs, feature_statistics
+from components.kinds import FeatureSpecs, feature_statistics
 from components.train.target import LOG, STANDARDIZE
 
 
 def parse_spec(specs: FeatureSpecs, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
-    """tf.Example parse spec: a missing numeric value parses as NaN, a missing string as ''."""
-    spec = {f.name: tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]) for f in specs.numeric}
-    spec.update({f.name: tf.io.FixedLenFeature([1], tf.string, default_value=[""]) for f in specs.categorical})
+    """tf.Example parse spec, each feature's as its kind declares it (a missing numeric value
+    parses as NaN, a missing string as '')."""
+    spec = {f.name: kind.parse_feature(f) for kind, f in specs.each()}
     if with_label:
         dtype = tf.float32 if specs.task == "regression" else tf.string
         spec[specs.label] = tf.io.FixedLenFeature([1], dtype)
@@ -153,13 +153,12 @@ def make_naive_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int) 
 
 def parsed_bytes_per_row(specs: FeatureSpecs, train_stats=None) -> int:
     """A generous estimate of one parsed example, in memory or in the disk cache (for the
-    cache decision): 4 bytes a number; a string's object plus its average length from the
-    statistics (16 when unknown)."""
-    def string_bytes(name: str) -> int:
-        avg = feature_statistics(train_stats, name).string_stats.avg_length if train_stats is not None else 0
-        return 32 + int(avg or 16)
+    cache decision): each feature's as its kind estimates it (4 bytes a number; a string's
+    object plus its average length from the statistics)."""
+    def stats(name: str):
+        return feature_statistics(train_stats, name) if train_stats is not None else None
 
-    return 4 * len(specs.numeric) + sum(string_bytes(f.name) for f in specs.categorical) + 16
+    return sum(kind.parsed_bytes(f, stats(f.name)) for kind, f in specs.each()) + 16
 
 
 INPUT_DESCRIPTIONS = {

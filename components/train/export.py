@@ -10,7 +10,7 @@ import tf_keras
 
 from components.contracts import names
 from components.contracts.compat.tf_keras import saved_model_without_traces
-from components.contracts.features import FeatureSpecs, write_feature_specs
+from components.kinds import FeatureSpecs, write_feature_specs
 from components.train.data import parse_spec
 from components.train.target import STANDARDIZE, to_label_units
 
@@ -30,8 +30,7 @@ class ServingModule(tf.Module):
         self.task = specs.task
         self.class_names = tf.constant(specs.classes or [""])
         self._parse_spec = parse_spec(specs, with_label=False)
-        raw_spec = {f.name: tf.TensorSpec([None], tf.float32, name=f.name) for f in specs.numeric}
-        raw_spec.update({f.name: tf.TensorSpec([None], tf.string, name=f.name) for f in specs.categorical})
+        raw_spec = {f.name: kind.serving_spec(f) for kind, f in specs.each()}
         self.serve_raw = tf.function(self._serve_raw, input_signature=[raw_spec])
         self.serve_examples = tf.function(
             self._serve_examples, input_signature=[tf.TensorSpec([None], tf.string, name="examples")])

@@ -29,7 +29,8 @@ import tensorflow as tf
 import tf_keras
 
 from components.contracts import names
-from components.contracts.features import FeatureSpecs
+from components.kinds import FeatureSpecs
+from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC
 from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
                                          fit_linear, read_split)
 
@@ -48,7 +49,9 @@ class LinearStart:
 
 
 def _kinds(specs: FeatureSpecs):
-    return {**{f.name: "numeric" for f in specs.numeric}, **{f.name: "categorical" for f in specs.categorical}}
+    """{feature: numeric or categorical}: how the linear design takes each feature (its kind's
+    `linear`); a kind a linear model cannot take is left out of it."""
+    return {f.name: kind.linear for kind, f in specs.each() if kind.linear}
 
 
 def _rmse(a, b) -> float:
@@ -65,7 +68,8 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
 
     regression = specs.task == "regression"
     kinds = _kinds(specs)
-    numeric, categorical = [f.name for f in specs.numeric], [f.name for f in specs.categorical]
+    numeric = [n for n, k in kinds.items() if k == LINEAR_NUMERIC]
+    categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
     rows = int(train_stats.num_examples)
     stride = max(1, math.ceil(rows / LINEAR_MAX_TRAIN_ROWS))
     x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride)

@@ -23,8 +23,8 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 from components.contracts import names, storage
 from components.contracts.errors import reports_errors
 from components.contracts.examples import examples_pattern
-from components.contracts.features import FeatureSpecs, specs_from_statistics
-from components.contracts.settings import Columns
+from components.kinds import FeatureSpecs, specs_from_statistics
+from components.kinds import Columns
 from components.train.data import scratch_directory
 from components.train.report import REPORT_MD, TrainReport, build_report, render_report
 from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted
@@ -113,8 +113,7 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
     s = settings
     tf_keras.utils.set_random_seed(s.seed)
     train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
-    specs = specs_from_statistics(train_stats, columns.label, list(columns.numeric_features),
-                                  list(columns.categorical_features), s.task, s.max_vocabulary, s.hash_buckets)
+    specs = specs_from_statistics(train_stats, columns, s.task, s.max_vocabulary, s.hash_buckets)
     strategy = choose_strategy(s.strategy)
     policy = precision_policy(s.mixed_precision, compute_capability())
     tf_keras.mixed_precision.set_global_policy(policy)

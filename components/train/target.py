@@ -10,7 +10,7 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import tensorflow as tf
 import tf_keras
 
-from components.contracts.features import FeatureSpecs, feature_statistics
+from components.kinds import FeatureSpecs, feature_statistics
 
 # Regression targets (training.target_transform): what the network's head learns.
 STANDARDIZE, LOG = "standardize", "log"

@@ -166,13 +166,12 @@ def test_the_schedule_counts_applied_updates(penguin_validation):
     """3 epochs of 8 steps with k=4: 6 optimizer steps, so a cosine schedule with 2 warmup
     steps decays over 4; after the 24th step the optimizer has applied 6 updates, the last at
     the rate of step 5."""
-    from components.contracts.features import specs_from_statistics
+    from components.kinds import Columns, specs_from_statistics
     from components.contracts.statistics import load_statistics
     from components.train.logic import compile_model
     from conftest import penguin_settings
 
-    specs = specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), "species",
-                                  ["body_mass_g"], ["island"])
+    specs = specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), Columns(label="species", numeric_features=["body_mass_g"], categorical_features=["island"]))
     settings = penguin_settings(epochs=3, gradient_accumulation_steps=4,
                                 lr_schedule={"warmup_steps": 2, "decay": "cosine", "alpha": 0.1})
     model = compile_model(specs, settings, tf.distribute.get_strategy(), 0.1, steps_per_epoch=8)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern
-from components.contracts.features import specs_from_statistics
+from components.kinds import Columns, specs_from_statistics
 from components.contracts.names import CACHE_DISK, CACHE_MEMORY, CACHE_NONE
 from components.contracts.statistics import load_statistics
 from components.train.data import choose_input_cache, make_dataset, parse_spec
@@ -22,8 +22,7 @@ BATCH = 16
 
 @pytest.fixture(scope="module")
 def specs(penguin_validation):
-    return specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), LABEL, NUMERIC,
-                                 CATEGORICAL)
+    return specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), Columns(label=LABEL, numeric_features=NUMERIC, categorical_features=CATEGORICAL))
 
 
 def rows_of(batches) -> Counter:

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.examples import ingest_statistics_dir
-from components.contracts.features import specs_from_statistics
+from components.kinds import Columns, specs_from_statistics
 from components.contracts.linear import design_matrix, fit_linear, read_split
 from components.contracts.statistics import load_statistics
 
@@ -16,7 +16,7 @@ def _penguin_start(penguin_examples, penguin_validation):
     from conftest import PENGUIN_COLUMNS as c
 
     stats = load_statistics(penguin_validation["statistics"], names.TRAIN_SPLIT)
-    specs = specs_from_statistics(stats, c.label, list(c.numeric_features), list(c.categorical_features))
+    specs = specs_from_statistics(stats, c)
     return specs, fit_linear_start(penguin_examples, specs, stats, "standardize", "", specs, "auto")
 
 
@@ -90,7 +90,7 @@ def test_the_regression_target_is_the_one_whose_linear_model_cross_validates_bet
     examples = str(tmp_path / "examples")
     ingest(str(csv), examples, "y", ["x"], [], eval_percent=20, numeric_label=True)
     stats = load_statistics(ingest_statistics_dir(examples), names.TRAIN_SPLIT)
-    specs = specs_from_statistics(stats, "y", ["x"], [], "regression")
+    specs = specs_from_statistics(stats, Columns(label="y", numeric_features=["x"], categorical_features=[]), "regression")
     by_statistics, why, model_specs = regression_target(specs, stats, "auto")
     assert by_statistics == "log", why
     start = fit_linear_start(examples, specs, stats, by_statistics, why, model_specs, "auto")

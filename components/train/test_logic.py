@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.contracts.features import load_feature_specs, specs_from_statistics
+from components.kinds import Columns, load_feature_specs, specs_from_statistics
 from components.contracts.statistics import load_statistics
 from components.train.runtime import cluster_workers, is_chief
 
@@ -20,7 +20,8 @@ ROWS = {
 
 def test_specs_come_from_train_statistics(penguin_validation):
     stats = load_statistics(penguin_validation["statistics"], "train")
-    specs = specs_from_statistics(stats, "species", ["body_mass_g"], ["island"])
+    specs = specs_from_statistics(stats, Columns(label="species", numeric_features=["body_mass_g"],
+                                                 categorical_features=["island"]))
     assert specs.classes == ["Adelie", "Chinstrap", "Gentoo"]
     assert 3000 < specs.numeric[0].mean < 5500 and specs.numeric[0].std > 100
     assert set(specs.categorical[0].vocabulary) == {"Biscoe", "Dream", "Torgersen"}
@@ -109,7 +110,8 @@ def test_model_families_build_train_and_export(tmp_path, penguin_examples, pengu
 
 def test_high_cardinality_features_are_hashed(penguin_validation):
     stats = load_statistics(penguin_validation["statistics"], "train")
-    specs = specs_from_statistics(stats, "species", [], ["island", "sex"], max_vocabulary=2, hash_buckets=64)
+    specs = specs_from_statistics(stats, Columns(label="species", categorical_features=["island", "sex"]), max_vocabulary=2,
+                                  hash_buckets=64)
     island, sex = specs.categorical
     assert island.hash_buckets == 64 and island.vocabulary == []  # 3 islands > 2
     assert sex.hash_buckets == 0 and sorted(sex.vocabulary) == ["female", "male"]
@@ -120,14 +122,15 @@ def test_categorical_features_share_one_embedding_table_with_a_block_of_rows_eac
     vocabulary, 65-66 its two values); numerics imputed and standardised together."""
     import tf_keras
 
-    from components.train.model import build_model, categorical_ids, encode_numeric, model_inputs
+    from components.train.model import FeatureParts, build_model
     from conftest import penguin_settings
 
     stats = load_statistics(penguin_validation["statistics"], "train")
-    specs = specs_from_statistics(stats, "species", ["bill_length_mm", "body_mass_g"], ["island", "sex"],
+    specs = specs_from_statistics(stats, Columns(label="species", numeric_features=["bill_length_mm", "body_mass_g"],
+                                                 categorical_features=["island", "sex"]),
                                   max_vocabulary=2, hash_buckets=64)
-    inputs = model_inputs(specs)
-    probe = tf_keras.Model(inputs, [categorical_ids(specs, inputs), *encode_numeric(specs, inputs)])
+    parts = FeatureParts(specs, penguin_settings())
+    probe = tf_keras.Model(parts.inputs, [parts.ids, *parts.numeric])
     rows, numeric = probe({"island": tf.constant([["Biscoe"], ["Dream"]]), "sex": tf.constant([["male"], ["?"]]),
                            "bill_length_mm": tf.constant([[float("nan")], [39.1]]),
                            "body_mass_g": tf.constant([[4000.0], [float("nan")]])})

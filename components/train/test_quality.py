@@ -9,8 +9,9 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.examples import examples_pattern
-from components.contracts.features import FeatureSpecs, NumericFeature, load_feature_specs, specs_from_statistics
-from components.contracts.settings import Columns
+from components.kinds import FeatureSpecs, load_feature_specs, specs_from_statistics
+from components.kinds import Columns
+from components.kinds.numeric import NumericFeature
 from components.contracts.statistics import load_statistics
 
 
@@ -31,7 +32,7 @@ def test_the_validation_slice_is_train_rows_disjoint_from_the_rows_trained_on_an
 
     stats = load_statistics(penguin_validation["statistics"], names.TRAIN_SPLIT)
     c = PENGUIN_COLUMNS
-    specs = specs_from_statistics(stats, c.label, list(c.numeric_features), list(c.categorical_features))
+    specs = specs_from_statistics(stats, c)
 
     def rows(split, part):
         return _rows(make_dataset(examples_pattern(penguin_examples, split), specs, 32, shuffle=False, seed=1,
@@ -96,7 +97,7 @@ def _tiny_regression(bias: float):
 def test_both_signatures_return_the_label_units(tmp_path, target, smearing, expected):
     from components.train.export import export_saved_model
 
-    specs = FeatureSpecs(label="y", classes=[], numeric=[NumericFeature("x", 0.0, 1.0)], task="regression")
+    specs = FeatureSpecs(label="y", classes=[], features={"numeric": [NumericFeature("x", 0.0, 1.0)]}, task="regression")
     export_saved_model(_tiny_regression(float(np.log1p(9.0))), specs, str(tmp_path / "m"), target, smearing)
     loaded = tf.saved_model.load(str(tmp_path / "m"))
     raw = loaded.signatures[names.SERVING_SIGNATURE](x=tf.constant([0.0, 5.0]))

@@ -170,13 +170,13 @@ def test_four_trials_through_the_train_step_locally(tmp_path, penguin_examples):
 
 def test_dropout_follows_each_layer_of_the_tower(penguin_examples):
     from components.contracts.examples import ingest_statistics_dir
-    from components.contracts.features import specs_from_statistics
+    from components.kinds import Columns, specs_from_statistics
     from components.contracts.statistics import load_statistics
     from components.train.model import build_model
     from conftest import CATEGORICAL, LABEL, NUMERIC
 
     stats = load_statistics(ingest_statistics_dir(penguin_examples), "train")
-    specs = specs_from_statistics(stats, LABEL, NUMERIC, CATEGORICAL)
+    specs = specs_from_statistics(stats, Columns(label=LABEL, numeric_features=NUMERIC, categorical_features=CATEGORICAL))
 
     def dropouts(s: TrainSettings) -> list:
         return [layer.rate for layer in build_model(specs, s).layers if type(layer).__name__ == "Dropout"]

@@ -11,7 +11,7 @@ def validate(examples: Input[Dataset], columns: str, settings: str, serving_base
     TFDV's HTML report. Fails the task on blocking anomalies or drift. `settings`: the
     config's validation section as JSON. `served_version` (from the fingerprint step) is in
     the cache key: after a push, validate runs again against the new baseline."""
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.validate.logic import run_validate
     from components.validate.settings import ValidationSettings
 

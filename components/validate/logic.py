@@ -15,7 +15,8 @@ from typing import Dict, List, Optional
 from components.contracts import names
 from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern, ingest_statistics_path, read_manifest, split_files
-from components.contracts.settings import Columns, safe_name
+from components.contracts.settings import safe_name
+from components.kinds import Columns
 from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
 from components.validate.settings import DriftSettings, ValidationSettings
 

@@ -7,7 +7,7 @@ from pipelines.config import load_config
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from components.contracts.settings import Columns
+    from components.kinds import Columns
     from components.predict.logic import predict, summary
     from pipelines.local_run import resolve_local_path
 

@@ -1,0 +1,139 @@
+"""What a feature kind declares, and the registry of kinds.
+
+A feature kind (numeric, categorical, ...) is one module under components/kinds/ holding one
+`FeatureKind` subclass, registered with `register`: its config key (the data section's list
+of columns of that kind, each entry a column name or, for a kind with per-feature settings,
+a mapping with `name` and those settings), how ingest types and checks its column, the spec
+train derives from the train split's statistics (what the trained model keeps in its
+assets.extra/), the tf.Example parse spec, the serving signature's input, the model's input
+and encoder, how the linear start and baseline take it, and what `gpupipe init` sees in a
+sampled column to propose it. Every step asks the kind instead of branching on its name, so
+a new kind is one module plus one registration (components/kinds/__init__.py).
+
+TensorFlow and tf_keras are imported inside the methods that need them: ingest, validate
+and init import the kinds without building a model.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, List, Optional, Type
+
+from pydantic import Field
+
+from components.contracts.errors import GpupipeError
+from components.contracts.settings import Strict
+
+# How a linear model (the linear start, evaluate's baseline: components/contracts/linear.py)
+# takes a feature of a kind: as a standardised number, as one-hot categories, or not at all.
+LINEAR_NUMERIC, LINEAR_CATEGORICAL = "numeric", "categorical"
+
+
+class FeatureSetting(Strict):
+    """One column's entry in a kind's list, when written as a mapping: its name, and the
+    settings its kind declares (a subclass adds them)."""
+
+    name: str = Field(description="the column")
+
+
+@dataclass(frozen=True)
+class ColumnFacts:
+    """What `gpupipe init` knows of one sampled column: its name, the Arrow column (nulls
+    are missing cells), the type TFDV infers for it (schema_pb2.FeatureType), its distinct
+    present values, and whether it holds whole numbers."""
+
+    name: str
+    column: Any
+    tfdv_type: int
+    unique: int
+    present: int
+    whole_numbers: bool
+
+
+class FeatureKind(ABC):
+    """A kind of feature: the abstract methods are what every kind declares; the others
+    have defaults that suit a kind whose column is one scalar per row."""
+
+    name: ClassVar[str]  # the kind's name in the manifest, the specs and the docs
+    config_key: ClassVar[str]  # its list in the data section: data.<config_key>
+    description: ClassVar[str]  # the config reference's text for that list
+    settings: ClassVar[Optional[Type[FeatureSetting]]] = None  # per-feature settings, when it has any
+    spec_type: ClassVar[type]  # the dataclass of one feature's spec (name first)
+    linear: ClassVar[Optional[str]] = None  # LINEAR_NUMERIC, LINEAR_CATEGORICAL or None
+    sliceable: ClassVar[bool] = False  # evaluation.slices may name a feature of this kind
+
+    # -- ingest ---------------------------------------------------------------------------
+    @abstractmethod
+    def arrow_type(self, setting: Optional[FeatureSetting]):
+        """The Arrow type ingest and predict read the column as."""
+
+    def check_batch(self, column, name: str, uri: str) -> None:
+        """Refuses values a model cannot take (one line naming the column); by default none."""
+
+    # -- statistics -> spec ----------------------------------------------------------------
+    @abstractmethod
+    def spec(self, name: str, stats, setting: Optional[FeatureSetting], options) -> Any:
+        """The feature's spec from its train-split statistics (a TFDV FeatureNameStatistics);
+        `options`: the training section (max_vocabulary, hash_buckets, ...)."""
+
+    def spec_from_dict(self, d: dict):
+        return self.spec_type(**d)
+
+    def parsed_bytes(self, spec, stats) -> int:
+        """A generous estimate of one parsed value in memory (the input cache's decision)."""
+        return 4
+
+    # -- the model's input -------------------------------------------------------------------
+    @abstractmethod
+    def parse_feature(self, spec):
+        """The tf.Example parse spec of one row's value (tf.io.FixedLenFeature)."""
+
+    @abstractmethod
+    def serving_spec(self, spec):
+        """The raw serving signature's input for this feature: one value per row."""
+
+    @abstractmethod
+    def model_input(self, spec):
+        """The tf_keras Input of this feature."""
+
+    @abstractmethod
+    def encode(self, specs: List[Any], inputs: Dict[str, Any], options) -> "Encoded":
+        """Every feature of this kind at once -> the tensors the model's dense vector takes
+        (and anything else a family may use, in `extras`)."""
+
+    # -- gpupipe init ------------------------------------------------------------------------
+    def detect(self, facts: ColumnFacts) -> Optional[str]:
+        """Why init proposes `facts`' column as this kind (a comment in the config), or None."""
+        return None
+
+
+@dataclass
+class Encoded:
+    """One kind's part of the model: `dense`, tensors [batch, width] that join the dense
+    vector; `extras`, what a family may take besides (categorical: the shared table's ids)."""
+
+    dense: List[Any]
+    extras: Dict[str, Any]
+
+
+KINDS: Dict[str, FeatureKind] = {}
+
+
+def register(kind: FeatureKind) -> FeatureKind:
+    """Adds a kind; the specs, the config's data section and every step take it in this order."""
+    if kind.name in KINDS:
+        raise ValueError(f"feature kind {kind.name} is registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_named(name: str) -> FeatureKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise GpupipeError(f"feature kind '{name}' is not one of {', '.join(KINDS)}") from None
+
+
+def config_keys() -> str:
+    """'data.numeric_features / data.categorical_features / ...': the keys that declare features."""
+    return " / ".join(f"data.{kind.config_key}" for kind in KINDS.values())

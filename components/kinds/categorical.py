@@ -1,0 +1,114 @@
+"""The categorical kind (data.categorical_features): a string per row, missing as ''; in
+the model a vocabulary lookup (most frequent values of the train split first, row 0 out of
+vocabulary) or, past training.max_vocabulary values, hash buckets, every categorical feature
+a block of one shared embedding table."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from components.kinds.base import LINEAR_CATEGORICAL, ColumnFacts, Encoded, FeatureKind, FeatureSetting
+
+IDS = "ids"  # Encoded.extras: [batch, categorical features] rows of the shared table
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    """A vocabulary (most frequent values first) or, for high cardinality, hash buckets."""
+
+    name: str
+    vocabulary: List[str] = field(default_factory=list)
+    hash_buckets: int = 0
+
+    @property
+    def cardinality(self) -> int:
+        """Embedding rows: the vocabulary plus one out-of-vocabulary row, or the buckets."""
+        return self.hash_buckets or len(self.vocabulary) + 1
+
+
+def ranked_values(stats) -> List[str]:
+    """Distinct values, most frequent first (ties by value): TFDV's rank histogram (up to
+    1000 values), else its top values."""
+    s = stats.string_stats
+    buckets = [(b.sample_count, b.label) for b in s.rank_histogram.buckets] or \
+              [(v.frequency, v.value) for v in s.top_values]
+    return [value for _, value in sorted(buckets, key=lambda fv: (-fv[0], fv[1]))]
+
+
+def table_offsets(specs: List[CategoricalFeature]) -> List[int]:
+    """Each categorical feature's first row in the shared table (its rows: its cardinality)."""
+    offsets, row = [], 0
+    for f in specs:
+        offsets.append(row)
+        row += f.cardinality
+    return offsets
+
+
+def table_rows(specs: List[CategoricalFeature]) -> int:
+    """The shared table's rows: every categorical feature's block."""
+    return sum(f.cardinality for f in specs)
+
+
+class CategoricalKind(FeatureKind):
+    name = "categorical"
+    config_key = "categorical_features"
+    description = ("columns of categories (text or codes): a vocabulary of the train split's values (hash buckets "
+                   "past training.max_vocabulary) and an embedding; missing is a value")
+    spec_type = CategoricalFeature
+    linear = LINEAR_CATEGORICAL
+    sliceable = True
+
+    def arrow_type(self, setting: Optional[FeatureSetting]):
+        import pyarrow as pa
+
+        return pa.string()
+
+    def spec(self, name: str, stats, setting, options) -> CategoricalFeature:
+        if stats.string_stats.unique > options.max_vocabulary:
+            return CategoricalFeature(name=name, hash_buckets=options.hash_buckets)
+        return CategoricalFeature(name=name, vocabulary=ranked_values(stats)[:options.max_vocabulary])
+
+    def parsed_bytes(self, spec, stats) -> int:
+        """A string's object plus its average length from the statistics (16 when unknown)."""
+        avg = stats.string_stats.avg_length if stats is not None else 0
+        return 32 + int(avg or 16)
+
+    def parse_feature(self, spec):
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature([1], tf.string, default_value=[""])
+
+    def serving_spec(self, spec):
+        import tensorflow as tf
+
+        return tf.TensorSpec([None], tf.string, name=spec.name)
+
+    def model_input(self, spec):
+        import tensorflow as tf
+        import tf_keras
+
+        return tf_keras.Input(shape=(1,), name=spec.name, dtype=tf.string)
+
+    def encode(self, specs: List[CategoricalFeature], inputs: Dict[str, object], options) -> Encoded:
+        """The ids ([batch, features] rows of one shared table: each feature's lookup or hash
+        bucket after the rows of the features before it) and their embeddings, flattened:
+        one table, its gradient and its optimizer update for every categorical feature."""
+        import tf_keras
+
+        from components.kinds.layers import SharedTableRows
+
+        ids = []
+        for f in specs:
+            if f.hash_buckets:
+                ids.append(tf_keras.layers.Hashing(f.hash_buckets, name=f"{f.name}_hash")(inputs[f.name]))
+            else:
+                ids.append(tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1,
+                                                        name=f"{f.name}_lookup")(inputs[f.name]))
+        rows = SharedTableRows(table_offsets(specs), name="categorical_rows")(ids)
+        emb = tf_keras.layers.Embedding(table_rows(specs), options.embedding_dim, name="categorical_embeddings")(rows)
+        return Encoded(dense=[tf_keras.layers.Flatten(name="categorical_flat")(emb)], extras={IDS: rows})
+
+    def detect(self, facts: ColumnFacts) -> Optional[str]:
+        from tensorflow_metadata.proto.v0 import schema_pb2
+
+        return "TFDV inferred BYTES" if facts.tfdv_type == schema_pb2.BYTES else None
