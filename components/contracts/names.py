@@ -35,6 +35,7 @@ FEATURE_SPECS_FILE = "gpupipe_features.json"  # inside the SavedModel's assets.e
 # SavedModel signatures.
 SERVING_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"
+DECODED_SIGNATURE = "serving_decoded"  # with image features: the images as float pixels
 PROBABILITIES = "probabilities"
 CLASSES = "classes"
 PREDICTIONS = "predictions"  # regression output

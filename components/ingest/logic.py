@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
@@ -96,21 +96,21 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                for split in names.SPLITS}
     statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
     dropped_no_label = 0
-    per_file = []
+    per_file: Dict[str, dict] = {}  # by unit: a file, or an image folder's class folder
     try:
-        for f in files:
-            file_rows = 0
-            for batch in readers.read_batches(f, types, settings.na_values):
-                dropped, prepared = prepare_batch(batch, settings, f.uri, eval_percent, split_key)
+        for unit, size, batches in readers.read_units(files, types, settings.na_values):
+            entry = per_file.setdefault(unit, {"uri": unit, "bytes": 0, "rows": 0})
+            entry["bytes"] += size
+            for batch in batches:
+                dropped, prepared = prepare_batch(batch, settings, unit, eval_percent, split_key)
                 dropped_no_label += dropped
                 if prepared is None:
                     continue
-                file_rows += prepared.rows
+                entry["rows"] += prepared.rows
                 for split, mask in prepared.masks():
                     writers[split].write(prepared.records_of(mask))
                     if statistics and mask.any():
                         statistics[split].add(prepared.lists.filter(pa.array(mask)))
-            per_file.append({"uri": f.uri, "bytes": f.size, "rows": file_rows})
     finally:
         for writer in writers.values():
             writer.close()
@@ -119,7 +119,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     if statistics:
         stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty} \
             if sum(rows.values()) else {}
-    tally = Tally(files=files, per_file=per_file, rows=rows, shards={split: w.shards for split, w in writers.items()},
+    tally = Tally(files=files, per_file=list(per_file.values()), rows=rows, shards={split: w.shards for split, w in writers.items()},
                   dropped_no_label=dropped_no_label, stats=stats,
                   stats_seconds=sum(st.seconds for st in statistics.values()))
     return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
@@ -152,6 +152,8 @@ def run_ingest(*, settings: DataSettings, examples_dir: str, numeric_label: bool
         manifest = ingest_data_beam(settings, examples_dir, numeric_label=numeric_label)
     else:
         manifest = ingest_data(settings, examples_dir, numeric_label=numeric_label)
+    for note in manifest.get("notes", []):
+        print(f"note: data.source: {note}", flush=True)
     if manifest["rows_dropped_missing_label"]:
         print(f"note: {manifest['rows_dropped_missing_label']} row(s) without a '{settings.label}' dropped",
               flush=True)

@@ -21,8 +21,9 @@ class SplitSettings(Strict):
 class DataSettings(Columns):
     source: str = Field(description="a file, directory or glob (relative to the working directory), a "
                                     "gs://bucket/prefix, object or glob, or synthetic:ctr?rows=N&seed=S")
-    format: Literal["auto", "csv", "parquet", "tfrecord"] = Field(
-        "auto", description="auto: from the file extension (.csv[.gz], .parquet, .tfrecord[.gz])")
+    format: Literal["auto", "csv", "parquet", "tfrecord", "images"] = Field(
+        "auto", description="auto: from the file extension (.csv[.gz], .parquet, .tfrecord[.gz]), or images for a "
+                            "folder of class folders of images (ROOT/<class>/*.jpg: columns image, label, file)")
     split: SplitSettings = SplitSettings()
     na_values: List[str] = Field(
         default_factory=lambda: list(NA_VALUES),

@@ -67,10 +67,16 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
 
 
-def check_values(batch: pa.RecordBatch, columns: Columns, uri: str) -> None:
-    """Each kind refuses the values a model cannot take (numeric: inf and -inf)."""
-    for name, kind, _ in columns.declared():
-        kind.check_batch(batch.column(batch.schema.get_field_index(name)), name, uri)
+def prepare_values(batch: pa.RecordBatch, columns: Columns, uri: str) -> Tuple[pa.RecordBatch, Dict[str, pa.Array]]:
+    """Each kind's preparation of its columns (numeric: inf refused; image: paths read, each
+    header checked): the batch with the prepared columns, and the columns derived for the
+    statistics alone (an image's format, height and width)."""
+    arrays, derived = list(batch.columns), {}
+    for name, kind, setting in columns.declared():
+        index = batch.schema.get_field_index(name)
+        arrays[index], extra = kind.prepare_column(batch.column(index), name, uri, setting)
+        derived.update(extra)
+    return pa.RecordBatch.from_arrays(arrays, batch.schema.names), derived
 
 
 def check_not_empty(stats: Dict[str, object], columns: Columns, source: str) -> None:
@@ -128,14 +134,47 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, uri: str, eval_percen
     batch = batch.filter(has_label)
     if batch.num_rows == 0:
         return dropped, None
-    check_values(batch, columns, uri)
+    batch, derived = prepare_values(batch, columns, uri)
     is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
     if split_key and split_key not in features:  # read for the split alone
         keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]
         batch = pa.RecordBatch.from_arrays([batch.column(i) for i in keep], [batch.schema.names[i] for i in keep])
     lists = as_list_batch(batch)
     lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
-    return dropped, PreparedBatch(lists, encode_examples(batch, lists), is_eval)
+    records = encode_examples(batch, lists)
+    if derived:  # for the statistics alone, beside the features
+        extra = as_list_batch(pa.RecordBatch.from_arrays(list(derived.values()), [safe_name(n) for n in derived]))
+        lists = pa.RecordBatch.from_arrays([*lists.columns, *extra.columns], [*lists.schema.names, *extra.schema.names])
+    return dropped, PreparedBatch(lists, records, is_eval)
+
+
+def by_unit(per_file: List[dict], files: List[readers.SourceFile]) -> List[dict]:
+    """The per-file counts, an image folder's summed per class folder (its files are too many to list)."""
+    if not files or files[0].format != readers.IMAGE_FILE:
+        return per_file
+    from components.sources.images import class_of
+
+    root, units = files[0].root, {}
+    for entry in per_file:
+        cls = class_of(entry["uri"], root) or entry["uri"].rsplit("/", 1)[-1]
+        unit = units.setdefault(cls, {"uri": f"{root}/{cls}", "bytes": 0, "rows": 0, "files": 0})
+        unit["bytes"] += entry["bytes"]
+        unit["rows"] += entry["rows"]
+    for cls in units:
+        units[cls]["files"] = sum(1 for f in files if class_of(f.uri, root) == cls)
+    return list(units.values())
+
+
+def class_counts(stats: Dict[str, object], label: str) -> Dict[str, Dict[str, int]]:
+    """{split: {class: rows}} from the label's statistics (TFDV's rank histogram)."""
+    counts = {}
+    for split, split_stats in stats.items():
+        for feature in split_stats.datasets[0].features:
+            if feature.path.step and feature.path.step[0] == label and feature.HasField("string_stats"):
+                s = feature.string_stats
+                counts[split] = {b.label: int(b.sample_count) for b in s.rank_histogram.buckets} or \
+                                {v.value: int(v.frequency) for v in s.top_values}
+    return counts
 
 
 @dataclass(frozen=True)
@@ -179,8 +218,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
                 "add rows or change data.split.eval_percent")
     manifest = {
         "source": source,
-        "format": files[0].format,
-        "files": tally.per_file,
+        "format": "images" if files[0].format == readers.IMAGE_FILE else files[0].format,
+        "files": by_unit(tally.per_file, files),
         "source_bytes": sum(f.size for f in files),
         "source_fingerprint": readers.fingerprint(files),
         "rows": rows,
@@ -193,7 +232,10 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
         "columns": {safe_name(c): c for c in [label, *settings.features] if safe_name(c) != c},
         "compression": {"type": "GZIP", "level": compression_level},
         "engine": engine or {"name": "local"},
+        "notes": list(getattr(files, "notes", [])),  # what the source left out (an image folder's other files)
     }
+    if stats and not numeric_label:
+        manifest["classes"] = class_counts(stats, safe_name(label))
     if stats is not None:
         stats_path = ingest_statistics_path(output_dir)
         write_statistics(stats_path, stats)

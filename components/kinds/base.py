@@ -61,14 +61,21 @@ class FeatureKind(ABC):
     spec_type: ClassVar[type]  # the dataclass of one feature's spec (name first)
     linear: ClassVar[Optional[str]] = None  # LINEAR_NUMERIC, LINEAR_CATEGORICAL or None
     sliceable: ClassVar[bool] = False  # evaluation.slices may name a feature of this kind
+    # Decoded one example at a time in the input pipeline (decode_example, then cached and
+    # augmented), not parsed by the batch (images); the serving signatures call decode_batch.
+    per_example: ClassVar[bool] = False
 
     # -- ingest ---------------------------------------------------------------------------
     @abstractmethod
     def arrow_type(self, setting: Optional[FeatureSetting]):
         """The Arrow type ingest and predict read the column as."""
 
-    def check_batch(self, column, name: str, uri: str) -> None:
-        """Refuses values a model cannot take (one line naming the column); by default none."""
+    def prepare_column(self, column, name: str, uri: str, setting: Optional[FeatureSetting]):
+        """What ingest does to the column of one batch read from `uri` before encoding it:
+        refuses values a model cannot take (one line naming the column), reads what the
+        column points to. Returns the column and the columns derived from it for the
+        statistics only ({name: Arrow array}). By default: as it is."""
+        return column, {}
 
     # -- statistics -> spec ----------------------------------------------------------------
     @abstractmethod
@@ -91,6 +98,23 @@ class FeatureKind(ABC):
     @abstractmethod
     def serving_spec(self, spec):
         """The raw serving signature's input for this feature: one value per row."""
+
+    def decoded_spec(self, spec):
+        """The input of a second signature taking this feature already decoded (images:
+        float pixels), or None when the kind has none."""
+        return None
+
+    def decode_example(self, spec, value):
+        """A per_example kind: one example's parsed value -> what the input pipeline caches."""
+        return value
+
+    def decode_batch(self, spec, values):
+        """[batch, 1] parsed values -> the model's input for them (the serving signatures)."""
+        return values
+
+    def augment(self, spec, value, training: bool):
+        """A per_example kind: the cached value -> the model's input (random changes in training)."""
+        return value
 
     @abstractmethod
     def model_input(self, spec):

@@ -30,7 +30,7 @@ class NumericKind(FeatureKind):
 
         return pa.float32()
 
-    def check_batch(self, column, name: str, uri: str) -> None:
+    def prepare_column(self, column, name: str, uri: str, setting):
         """inf and -inf are not measurements: they would turn the mean and the model into NaN."""
         import pyarrow.compute as pc
 
@@ -38,6 +38,7 @@ class NumericKind(FeatureKind):
         if infinite:
             raise GpupipeError(f"data: column '{name}' of {uri} holds inf or -inf ({infinite} in one batch of rows); "
                                "replace them with numbers, or leave the cells empty (a missing value)")
+        return column, {}
 
     def spec(self, name: str, stats, setting, options) -> NumericFeature:
         return numeric_spec(stats, name)

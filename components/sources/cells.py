@@ -30,7 +30,7 @@ def select_and_cast(batch: pa.RecordBatch, types, uri: str) -> pa.RecordBatch:
             arrays.append(pa.nulls(batch.num_rows, dtype))
             continue
         column = batch.column(index)
-        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        if (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)) and not pa.types.is_binary(dtype):
             column = to_utf8(column, uri, name)
         if dtype == pa.float32() and (pa.types.is_float64(column.type) or pa.types.is_integer(column.type)):
             _check_float32_range(column, uri, name)

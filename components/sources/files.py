@@ -16,9 +16,10 @@ from typing import List
 
 from components.contracts import storage
 from components.contracts.errors import GpupipeError
-from components.sources import synthetic
+from components.sources import images, synthetic
 
-FORMATS = ("csv", "parquet", "tfrecord")
+FORMATS = ("csv", "parquet", "tfrecord", "images")
+IMAGE_FILE = "image"  # the format of one file of an image folder (data.format: images)
 
 
 @dataclass
@@ -27,6 +28,16 @@ class SourceFile:
     size: int
     format: str
     stamp: str = ""  # what changes when the content does: mtime (local), generation (gs://)
+    root: str = ""  # an image folder's file: the folder (its class is the first folder under it)
+
+
+class SourceFiles(list):
+    """The files of a source, and the notes on what was left out of them (an image folder's
+    other files), for the step to print."""
+
+    def __init__(self, files, notes=()):
+        super().__init__(files)
+        self.notes = list(notes)
 
 
 def detect_format(uri: str, declared: str = "auto") -> str:
@@ -38,7 +49,7 @@ def detect_format(uri: str, declared: str = "auto") -> str:
         if name.endswith(ext):
             return fmt
     raise GpupipeError(f"data.format: cannot tell the format of {uri} from its name; set data.format to "
-                       "csv, parquet or tfrecord")
+                       "csv, parquet, tfrecord or images (a folder of class folders)")
 
 
 def is_gzip(uri: str) -> bool:
@@ -77,6 +88,14 @@ def resolve(source: str, declared_format: str = "auto", key: str = "data.source"
             raise GpupipeError(f"{key}: file not found: {source}; fix the path (relative paths start at the "
                                "working directory)")
         what = "is an empty directory" if not storage.is_remote(source) else "does not exist"
+        if entries and (declared_format == "images" or (declared_format == "auto" and
+                                                        images.looks_like_image_folder(entries))):
+            found, notes = images.image_tree(source, entries, key)
+            return SourceFiles([SourceFile(e.uri, e.size, IMAGE_FILE, e.stamp, root=source.rstrip("/"))
+                                for e in found], notes)
+    if declared_format == "images":
+        raise GpupipeError(f"{key}: data.format is images, and {source} is not a folder of class folders "
+                           "(ROOT/<class>/*.jpg); point data.source at the folder")
     files = [SourceFile(e.uri, e.size, "", e.stamp) for e in entries if not _hidden(e.uri)]
     if not files:
         raise GpupipeError(f"{key}: {source} {what}; fix {key} (a file, directory, glob or "

@@ -14,28 +14,30 @@ cells.py's. Steps import only this module.
 from __future__ import annotations
 
 import itertools
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.kinds import config_keys
-from components.sources import synthetic
+from components.sources import images, synthetic
 from components.sources.cells import select_and_cast
 from components.sources.csv_text import csv_batches, csv_header, csv_sample
-from components.sources.files import (FORMATS, SourceFile, check_later_file, detect_format, fingerprint, resolve,
-                                      unique_columns)
+from components.sources.files import (FORMATS, IMAGE_FILE, SourceFile, check_later_file, detect_format, fingerprint,
+                                      resolve, unique_columns)
 from components.sources.records import (parquet_batches, parquet_file, parquet_sample, tfrecord_batches,
                                         tfrecord_sample)
 
-__all__ = ["FORMATS", "SourceFile", "check_columns", "check_file_columns", "columns_of", "csv_header",
-           "detect_format", "fingerprint", "read_batches", "resolve", "sample", "unique_columns"]
+__all__ = ["FORMATS", "IMAGE_FILE", "SourceFile", "check_columns", "check_file_columns", "columns_of", "csv_header",
+           "detect_format", "fingerprint", "read_batches", "read_units", "resolve", "sample", "unique_columns"]
 
 
 def columns_of(f: SourceFile) -> List[str]:
     if f.format == "synthetic":
         return synthetic.columns()
+    if f.format == IMAGE_FILE:
+        return list(images.COLUMNS)
     if f.format == "csv":
         return csv_header(f.uri)
     if f.format == "parquet":
@@ -58,9 +60,31 @@ def read_batches(f: SourceFile, types: Dict[str, pa.DataType],
         yield from csv_batches(f.uri, types, na_values)
     elif f.format == "parquet":
         yield from parquet_batches(f.uri, types)
+    elif f.format == IMAGE_FILE:
+        yield select_and_cast(images.read_files([f.uri], f.root), types, f.uri)
     else:
         for batch in tfrecord_batches(f.uri):
             yield select_and_cast(batch, types, f.uri)
+
+
+def read_units(files: List[SourceFile], types: Dict[str, pa.DataType],
+               na_values: Sequence[str] = names.NA_VALUES) -> Iterator[Tuple[str, int, Iterator[pa.RecordBatch]]]:
+    """(unit, its bytes, its batches) for a source's files, in order: a unit is a file, or
+    for an image folder a chunk of one class folder's files read together (the unit named
+    by the class folder)."""
+    if files and files[0].format == IMAGE_FILE:
+        root = files[0].root
+        by_class: Dict[str, List[SourceFile]] = {}
+        for f in files:
+            by_class.setdefault(images.class_of(f.uri, root), []).append(f)
+        for cls, members in by_class.items():
+            for chunk in images.chunks(members):
+                uris = [f.uri for f in chunk]
+                yield (f"{root}/{cls}", sum(f.size for f in chunk),
+                       iter([select_and_cast(images.read_files(uris, root), types, f"{root}/{cls}")]))
+        return
+    for f in files:
+        yield f.uri, f.size, read_batches(f, types, na_values)
 
 
 def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,

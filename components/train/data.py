@@ -74,6 +74,9 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
         raise GpupipeError(f"examples: no files match {file_pattern}; run ingest first")
+    if any(kind.per_example for kind, _ in specs.kinds()):
+        return _decoded_dataset(files, specs, batch_size, shuffle, seed, repeat, cache, cache_dir, shuffle_buffer,
+                                validation_percent, part, target)
     spec = parse_spec(specs, with_label=True)
     to_target = label_transform(specs, target)
 
@@ -81,16 +84,8 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
         parsed = tf.io.parse_example(serialized, spec)
         return parsed, to_target(parsed.pop(specs.label))
 
-    parallel, cycle = input_parallelism(), min(len(files), 8)
-    ds = tf.data.Dataset.from_tensor_slices(files)
-    if shuffle:
-        ds = ds.shuffle(len(files), seed=seed)
-    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
-                       cycle_length=cycle, num_parallel_calls=min(cycle, parallel),
-                       deterministic=not shuffle)
-    if part != "all" and validation_percent > 0:
-        held = part == "validation"
-        ds = ds.filter(lambda record: tf.equal(in_validation_slice(record, validation_percent), held))
+    parallel = input_parallelism()
+    ds = _records(files, shuffle, seed, validation_percent, part)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed)
     if cache == names.CACHE_NONE:
@@ -120,6 +115,70 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     options.autotune.enabled = False  # the parallelism above is set (see the docstring)
     # The prefetch buffer still grows while the model waits for input (tf.data's prefetch
     # autotuner, which is not the model thread's).
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _records(files, shuffle: bool, seed: int, validation_percent: int, part: str) -> tf.data.Dataset:
+    """The serialized records of the shards, interleaved in parallel (in a shuffled file
+    order when `shuffle`), filtered to the part of the split asked for."""
+    parallel, cycle = input_parallelism(), min(len(files), 8)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed)
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+                       cycle_length=cycle, num_parallel_calls=min(cycle, parallel), deterministic=not shuffle)
+    if part != "all" and validation_percent > 0:
+        held = part == "validation"
+        ds = ds.filter(lambda record: tf.equal(in_validation_slice(record, validation_percent), held))
+    return ds
+
+
+# Decoded examples held for reordering after the first epoch: an image is tens to hundreds
+# of kB decoded, so far fewer than the records' buffer.
+DECODED_SHUFFLE = 1024
+
+
+def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int, repeat: bool,
+                     cache: str, cache_dir: str, shuffle_buffer: int, validation_percent: int, part: str,
+                     target: str) -> tf.data.Dataset:
+    """make_dataset for features a kind decodes one example at a time (images): records
+    shuffled, each parsed and decoded in parallel (`decode_example`: resized to the spec),
+    cached decoded in the first epoch (memory or local scratch), then reordered, augmented
+    for training only (`augment`: train batches only, never validation) and batched."""
+    parallel = input_parallelism()
+    spec = {f.name: kind.parse_feature(f) for kind, f in specs.each()}
+    dtype = tf.float32 if specs.task == "regression" else tf.string
+    spec[specs.label] = tf.io.FixedLenFeature([1], dtype)
+    to_target = label_transform(specs, target)
+    decoders = [(kind, f) for kind, f in specs.each() if kind.per_example]
+    training = shuffle and part != "validation"
+
+    def decode(serialized):
+        parsed = tf.io.parse_single_example(serialized, spec)
+        for kind, f in decoders:
+            parsed[f.name] = kind.decode_example(f, parsed[f.name])
+        return parsed, to_target(parsed.pop(specs.label))
+
+    def augment(features, y):
+        features = dict(features)
+        for kind, f in decoders:
+            features[f.name] = kind.augment(f, features[f.name], training)
+        return features, y
+
+    ds = _records(files, shuffle, seed, validation_percent, part)
+    if shuffle:
+        ds = ds.shuffle(min(shuffle_buffer, 4 * DECODED_SHUFFLE), seed=seed)
+    ds = ds.map(decode, num_parallel_calls=parallel, deterministic=not shuffle)
+    if cache != names.CACHE_NONE:
+        cached = ds.cache(os.path.join(cache_dir, "decoded-examples") if cache == names.CACHE_DISK else "")
+        replay = cached.shuffle(DECODED_SHUFFLE, seed=seed) if shuffle else cached
+        ds = (cached.concatenate(replay.repeat()) if shuffle else cached.repeat()) if repeat else replay
+    elif repeat:
+        ds = ds.repeat()
+    ds = ds.map(augment, num_parallel_calls=parallel).batch(batch_size)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.autotune.enabled = False  # the parallelism is set (make_dataset's docstring)
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 

@@ -68,6 +68,8 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
 
     regression = specs.task == "regression"
     kinds = _kinds(specs)
+    if not kinds:  # no feature a linear model takes (images only): nothing to start from
+        return None
     numeric = [n for n, k in kinds.items() if k == LINEAR_NUMERIC]
     categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
     rows = int(train_stats.num_examples)

@@ -192,6 +192,10 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
         guard = PreemptionGuard(backup, plan.strategy)
         callbacks += [backup, guard]
     callbacks += [resume, timer, Progress(s.epochs, plan.steps_per_epoch // k, plan.global_batch * k)]
+    if s.image.fine_tune_after:  # the image backbones frozen for the first epochs
+        from components.train.vision import FineTune
+
+        callbacks.append(FineTune(s.image.fine_tune_after))
     stopper = None
     if s.early_stopping:
         stop = s.early_stopping

@@ -1,4 +1,5 @@
-"""The tf_keras models: the shared feature layers, the model families (training.model) and
+"""The tf_keras models: the table families (dnn, wide_deep, cross; the image families are
+vision.py's), the model `build_model` makes of the configured family (training.model) and
 a custom builder (training.custom_model). Preprocessing (imputation, normalisation,
 vocabularies, hashing) lives inside the model, so the exported graph takes raw feature
 values (components/train/export.py)."""
@@ -14,11 +15,11 @@ import tf_keras
 from components.contracts import names
 from components.contracts.errors import GpupipeError
 from components.kinds import FeatureSpecs
-from components.kinds.categorical import IDS, table_rows
+from components.kinds.categorical import table_rows
 from components.kinds.layers import concat
+from components.train import vision
+from components.train.parts import FAMILIES, FeatureParts, model_family, model_inputs, output_layer  # noqa: F401
 from components.train.settings import TrainSettings
-
-PREDICTIONS = names.PREDICTIONS
 
 
 class CrossLayer(tf_keras.layers.Layer):
@@ -31,82 +32,6 @@ class CrossLayer(tf_keras.layers.Layer):
     def call(self, inputs):
         x0, x = inputs
         return x0 * self.dense(x) + x
-
-
-def model_inputs(specs: FeatureSpecs) -> Dict[str, tf_keras.Input]:
-    """One raw input per feature, as its kind declares it ([batch, 1] float32 numeric,
-    string categorical, ...)."""
-    return {spec.name: kind.model_input(spec) for kind, spec in specs.each()}
-
-
-# The feature layers work on all the features of a kind at once (one imputation and
-# normalisation over [batch, numeric features], one embedding table for every categorical
-# feature: components/kinds/) rather than one layer chain per feature: the same model, with
-# a train step of a third of the ops to trace and optimise before the first step (1,265 ->
-# 422 on the click-through model: 26 embedding tables, their gradients and their optimizer
-# updates become one of each; docs/benchmarks.md, "Fourth round").
-
-def output_layer(specs: FeatureSpecs, x, linear=None):
-    """Class probabilities (softmax, float32 even under mixed precision) or, for
-    regression, the prediction in the label's units. With `linear` (the linear start's
-    logits or standardised prediction, components/train/linear_start.py) the head on `x`
-    is a residual added to it, starting at zero."""
-    if linear is not None:
-        from components.train.linear_start import residual_head
-
-        return residual_head(specs, x, linear)
-    if specs.task == "regression":
-        z = tf_keras.layers.Dense(1, dtype="float32", name="regression_head")(x)
-        return tf_keras.layers.Rescaling(specs.label_std or 1.0, offset=specs.label_mean or 0.0, dtype="float32",
-                                         name=PREDICTIONS)(z)
-    return tf_keras.layers.Dense(len(specs.classes), activation="softmax", dtype="float32",
-                                 name=names.PROBABILITIES)(x)
-
-
-def _dense_tower(x, hidden_units: List[int], dropout: float = 0.0):
-    for i, units in enumerate(hidden_units):
-        x = tf_keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
-        if dropout:
-            x = tf_keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
-    return x
-
-
-class FeatureParts:
-    """What every family (and a custom model) builds on: the raw inputs, each kind's encoded
-    part (`encoded[kind]`: components/kinds/base.py Encoded), the dense vector of them all
-    (`dense`), and, built when a family asks for it, that vector through the ReLU tower
-    (`deep`). Shortcuts: `ids`, the categorical features' rows of the shared embedding table
-    ([batch, categorical features], or None), and `numeric`, the standardised numerics (a
-    list of one [batch, numeric features] tensor, or empty)."""
-
-    def __init__(self, specs: FeatureSpecs, settings: TrainSettings):
-        self.specs, self.settings = specs, settings
-        self.inputs = model_inputs(specs)
-        self.encoded = {kind.name: kind.encode(kind_specs, self.inputs, settings) for kind, kind_specs in specs.kinds()}
-        categorical = self.encoded.get("categorical")
-        self.ids = categorical.extras.get(IDS) if categorical else None
-        self.numeric = self.encoded["numeric"].dense if "numeric" in self.encoded else []
-        self.dense = concat([t for part in self.encoded.values() for t in part.dense], "features")
-        self._deep = None
-
-    @property
-    def deep(self):
-        if self._deep is None:
-            self._deep = _dense_tower(self.dense, list(self.settings.hidden_units), self.settings.dropout)
-        return self._deep
-
-
-# Model families by name (training.model): each takes the shared parts and the settings and
-# returns the layer the output head sits on. A new family joins with one @model_family.
-FAMILIES: Dict[str, Callable[[FeatureParts, TrainSettings], tf.Tensor]] = {}
-
-
-def model_family(name: str):
-    def register(top: Callable[[FeatureParts, TrainSettings], tf.Tensor]):
-        FAMILIES[name] = top
-        return top
-
-    return register
 
 
 @model_family("dnn")
@@ -142,6 +67,9 @@ def build_model(specs: FeatureSpecs, settings: TrainSettings, start=None) -> tf_
     if top is None:
         raise GpupipeError(f"training.model: '{settings.model}' is not a model family; use one of "
                            f"{', '.join(FAMILIES)} or training.custom_model")
+    if specs.of_kind("image") and settings.model not in vision.IMAGE_FAMILIES:
+        raise GpupipeError(f"training.model: {settings.model} takes no image features (data.image_features); use an "
+                           f"image family: {', '.join(IMAGE_FAMILIES)}")
     parts = FeatureParts(specs, settings)
     from components.train.linear_start import initialise, linear_part
 
@@ -162,3 +90,4 @@ def load_custom_builder(reference: str) -> Callable[..., tf_keras.Model]:
     if not callable(builder):
         raise GpupipeError(f"training.custom_model: '{module_name}' has no function '{function}'")
     return builder
+

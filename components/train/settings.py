@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from components.contracts.pods import Toleration, check_labels
 from components.contracts.settings import Strict
 from components.train.tune_settings import TuneSettings
+from components.train.vision_settings import VisionSettings
 
 
 SPOT_CHECKPOINT_STEPS = 50
@@ -107,10 +108,14 @@ class TrainSettings(Strict):
     task: Literal["multiclass", "binary", "regression"] = "multiclass"
     model: str = Field(
         "dnn", description="a registered model family: dnn; wide_deep (a linear part on the categorical features "
-                           "beside the DNN); cross (a DCN-v2 cross network beside the DNN)")
+                           "beside the DNN); cross (a DCN-v2 cross network beside the DNN); for image features: "
+                           "cnn (small, from scratch), resnet50, efficientnetb0, mobilenetv3, vit (training.image)")
     custom_model: Optional[str] = Field(
         None, description="module:function building your own tf_keras model from the feature specs "
                           "(see components/train/model.py: build_model); overrides `model`")
+    image: VisionSettings = Field(
+        default_factory=VisionSettings, description="the image families' weights file, fine-tuning and sizes "
+                                                    "(components/train/vision.py)")
     hidden_units: List[int] = Field(default_factory=lambda: [64, 32])
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout rate after each layer of the tower (0: none)")
     embedding_dim: int = Field(8, ge=1)

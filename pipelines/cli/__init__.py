@@ -3,7 +3,7 @@ manage served versions, print manifests, use KFP.
 
 One module per command group (as kfp's own sdk/python/kfp/cli): compile_ (compile,
 config-schema), run (run, resume), predict, init (init, schema), serving (versions, rollback,
-promote, abort), remote (upload, submit, schedule, runs: KFP), report, manifest (kserve,
+promote, abort), examples (an example image folder), remote (upload, submit, schedule, runs: KFP), report, manifest (kserve,
 tfserving, rbac, tenant), pool (queue, usage: Kueue), doctor. Each adds its commands to the
 parser with `add_commands`.
 
@@ -23,15 +23,15 @@ from typing import List, Optional
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import components  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS for this process and its tasks)
 from components.contracts.errors import GpupipeError  # noqa: E402
-from pipelines.cli import (compile_, doctor, init, manifest, pool, predict, remote, report, run,  # noqa: E402
-                           serving)
+from pipelines.cli import (compile_, doctor, examples, init, manifest, pool, predict, remote, report,  # noqa: E402
+                           run, serving)
 from pipelines.cli.common import CONFIG_DIR, storage_environment  # noqa: E402
 from pipelines.cli.compile_ import COMPILED_DIR, compile_to_text, compiled_path  # noqa: E402
 
 __all__ = ["COMPILED_DIR", "CONFIG_DIR", "build_parser", "compile_to_text", "compiled_path", "main"]
 
 # in the order `gpupipe -h` lists them
-GROUPS = (compile_, predict, run, init, serving, remote, report, manifest, pool, doctor)
+GROUPS = (compile_, predict, run, init, examples, serving, remote, report, manifest, pool, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

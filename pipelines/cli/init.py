@@ -12,10 +12,14 @@ def cmd_init(args: argparse.Namespace) -> int:
     from pipelines.init import init_config
 
     given = ["-o", args.output] if args.output else []
-    command = " ".join(["gpupipe init", args.data, "--label", args.label, *given])
+    command = " ".join(["gpupipe init", args.data, *(["--label", args.label] if args.label else []), *given])
     path, p = init_config(args.data, args.label, args.output, args.sample_rows, args.name, args.format, command)
-    print(f"wrote {path}: {p.task} label '{p.label}' ({p.metric}, threshold {p.threshold}), {len(p.numeric)} numeric "
-          f"and {len(p.categorical)} categorical feature(s) from {p.rows} sampled rows")
+    if hasattr(p, "classes") and hasattr(p, "image_size"):
+        print(f"wrote {path}: an image classifier of {len(p.classes)} classes ({p.rows} images), "
+              f"{p.image_size[0]}x{p.image_size[1]}x{p.channels} pixels, model {p.model}")
+    else:
+        print(f"wrote {path}: {p.task} label '{p.label}' ({p.metric}, threshold {p.threshold}), {len(p.numeric)} "
+              f"numeric and {len(p.categorical)} categorical feature(s) from {p.rows} sampled rows")
     for column, reason in p.left_out:
         print(f"  left out '{column}': {reason}")
     for column, safe in p.renamed:
@@ -52,11 +56,12 @@ def add_commands(sub) -> None:
     p.add_argument("--output", help="default: <config dir>/<name>.schema.pbtxt")
     p.set_defaults(func=cmd_schema)
 
-    p = sub.add_parser("init", help="propose a commented config from a sample of a table (TFDV schema inference)")
-    p.add_argument("data", help="a CSV, Parquet or TFRecord file, directory, glob or gs:// prefix")
-    p.add_argument("--label", required=True, help="the column to predict")
+    p = sub.add_parser("init", help="propose a commented config from a sample of a table (TFDV schema inference) "
+                                    "or from an image folder (ROOT/<class>/*.jpg)")
+    p.add_argument("data", help="a CSV, Parquet or TFRecord file, directory, glob or gs:// prefix; or an image folder")
+    p.add_argument("--label", help="the column to predict (a table; an image folder's label is its class folders)")
     p.add_argument("-o", "--output", help="where to write the config (default: configs/<name>.yaml; never overwritten)")
     p.add_argument("--name", help="pipeline and model name (default: from the file name)")
-    p.add_argument("--format", default="auto", choices=["auto", "csv", "parquet", "tfrecord"])
+    p.add_argument("--format", default="auto", choices=["auto", "csv", "parquet", "tfrecord", "images"])
     p.add_argument("--sample-rows", type=int, default=10_000, help="rows read to propose the config (default 10000)")
     p.set_defaults(func=cmd_init)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from components.contracts.errors import GpupipeError
+from components.sources import readers
 from pipelines.init.proposal import Proposal, pipeline_name, propose
 from pipelines.init.render import render
 from pipelines.init.sample import SAMPLE_ROWS, sample_table
@@ -36,10 +37,11 @@ from pipelines.init.sample import SAMPLE_ROWS, sample_table
 __all__ = ["SAMPLE_ROWS", "Proposal", "init_config", "pipeline_name", "propose", "render", "sample_table"]
 
 
-def init_config(source: str, label: str, output: Optional[str] = None, sample_rows: int = SAMPLE_ROWS,
+def init_config(source: str, label: Optional[str], output: Optional[str] = None, sample_rows: int = SAMPLE_ROWS,
                 name: Optional[str] = None, data_format: str = "auto", command: str = "") -> Tuple[Path, Proposal]:
-    """Proposes a config for `source` and writes it to `output` (default
-    configs/<name>.yaml); an existing file is never overwritten."""
+    """Proposes a config for `source` (a table, or an image folder: pipelines/init/images.py)
+    and writes it to `output` (default configs/<name>.yaml); an existing file is never
+    overwritten."""
     import yaml
 
     from pipelines.config import parse_config
@@ -52,9 +54,20 @@ def init_config(source: str, label: str, output: Optional[str] = None, sample_ro
 
     if output:
         refuse_existing(Path(output))
-    proposal = propose(source, label, sample_rows, name, data_format)
-    path = refuse_existing(Path(output or Path("configs") / f"{proposal.name}.yaml"))
-    text = render(proposal, command or f"gpupipe init {source} --label {label}", str(path))
+    files = readers.resolve(source, data_format, key="gpupipe init DATA", format_key="--format")
+    if files[0].format == readers.IMAGE_FILE:
+        from pipelines.init.images import propose_images, render_images
+
+        proposal = propose_images(source, files, name)
+        path = refuse_existing(Path(output or Path("configs") / f"{proposal.name}.yaml"))
+        text = render_images(proposal, command or f"gpupipe init {source}", str(path))
+    else:
+        if not label:
+            raise GpupipeError(f"gpupipe init {source}: a table needs --label COLUMN, the column to predict (an image "
+                               "folder needs none)")
+        proposal = propose(source, label, sample_rows, name, data_format)
+        path = refuse_existing(Path(output or Path("configs") / f"{proposal.name}.yaml"))
+        text = render(proposal, command or f"gpupipe init {source} --label {label}", str(path))
     parse_config(yaml.safe_load(text), origin=f"init: the config proposed for {source}")  # it must load as written
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
