@@ -48,6 +48,7 @@ class Evaluation:
     trivial: Optional[Dict[str, float]] = None  # what a model that learnt nothing scores on the same rows
     linear: Optional[Dict[str, float]] = None  # the linear baseline's metrics on the same eval split
     linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
+    misclassified: List[dict] = field(default_factory=list)  # image models: the mistakes' files (misclassified.py)
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -343,6 +344,11 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
                            baseline_version, trivial if settings.must_beat_trivial else None,
                            linear if settings.must_beat_baseline is not False else None)
     write_blessing(blessing, blessing_dir)
+    if predictions.task != "regression":
+        from components.evaluate.misclassified import write_misclassified
+
+        evaluation.misclassified = write_misclassified(model_dir, examples_dir, predictions.labels,
+                                                       predictions.probabilities, predictions.classes, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)

@@ -1,7 +1,8 @@
 """Evaluation metrics by task, on numpy arrays (no TensorFlow, no kfp), computed by
 scikit-learn.
 
-multiclass: accuracy, log loss, per-class precision/recall, confusion matrix;
+multiclass: accuracy, log loss, per-class precision/recall, top-5 accuracy (more than 5
+classes), confusion matrix;
 binary: AUC, PR-AUC (average precision), accuracy, log loss, calibration;
 regression: RMSE, MAE.
 
@@ -18,7 +19,8 @@ from sklearn import metrics as sk
 
 # Metrics where smaller is better; every other metric is higher-is-better.
 LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae", "calibration_error"})
-ROC_POINTS = 201  # at most this many points of the ROC curve go to the Kubeflow UI
+ROC_POINTS = 201
+TOP_K = 5  # top-5 accuracy, with more than 5 classes  # at most this many points of the ROC curve go to the Kubeflow UI
 
 
 def confusion_matrix(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
@@ -40,6 +42,8 @@ def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str]) -> Dict
     for i, c in enumerate(classes):
         metrics[f"precision/{c}"] = float(precision[i])
         metrics[f"recall/{c}"] = float(recall[i])
+    if len(classes) > TOP_K and known.any():  # the true class among the K most probable
+        metrics[f"top_{TOP_K}_accuracy"] = float(sk.top_k_accuracy_score(y[known], p[known], k=TOP_K, labels=labels))
     return metrics
 
 

@@ -36,6 +36,7 @@ from components.contracts.storage import is_remote
 from components.ingest.settings import DataSettings
 from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch
 from components.kinds import Columns
+from components.kinds.base import RowSource
 from components.sources import readers
 
 _LOCAL_RUNNERS = {"", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
@@ -66,7 +67,8 @@ class ReadPrepareSplit:
         dropped = 0
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
-                lost, prepared = prepare_batch(batch, self.columns, f.uri, self.eval_percent, self.split_key)
+                lost, prepared = prepare_batch(batch, self.columns, RowSource(f.uri, f.format), self.eval_percent,
+                                               self.split_key)
                 dropped += lost
                 if prepared is None:
                     continue

@@ -20,6 +20,7 @@ from components.contracts.errors import reports_errors
 from components.contracts.examples import shard_path
 from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
+from components.kinds.base import RowSource
 from components.ingest.tables import GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch
 from components.sources import readers
 
@@ -98,11 +99,12 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     dropped_no_label = 0
     per_file: Dict[str, dict] = {}  # by unit: a file, or an image folder's class folder
     try:
-        for unit, size, batches in readers.read_units(files, types, settings.na_values):
-            entry = per_file.setdefault(unit, {"uri": unit, "bytes": 0, "rows": 0})
-            entry["bytes"] += size
-            for batch in batches:
-                dropped, prepared = prepare_batch(batch, settings, unit, eval_percent, split_key)
+        for unit in readers.read_units(files, types, settings.na_values):
+            entry = per_file.setdefault(unit.uri, {"uri": unit.uri, "bytes": 0, "rows": 0})
+            entry["bytes"] += unit.size
+            source = RowSource(unit.uri, unit.format, unit.files)
+            for batch in unit.batches:
+                dropped, prepared = prepare_batch(batch, settings, source, eval_percent, split_key)
                 dropped_no_label += dropped
                 if prepared is None:
                     continue

@@ -21,6 +21,7 @@ from components.contracts.settings import safe_name
 from components.contracts.statistics import write_statistics
 from components.ingest.settings import DataSettings
 from components.kinds import Columns
+from components.kinds.base import RowSource
 from components.sources import readers
 
 SHARD_ROWS = 200_000
@@ -67,14 +68,15 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
 
 
-def prepare_values(batch: pa.RecordBatch, columns: Columns, uri: str) -> Tuple[pa.RecordBatch, Dict[str, pa.Array]]:
+def prepare_values(batch: pa.RecordBatch, columns: Columns, source: RowSource
+                   ) -> Tuple[pa.RecordBatch, Dict[str, pa.Array]]:
     """Each kind's preparation of its columns (numeric: inf refused; image: paths read, each
     header checked): the batch with the prepared columns, and the columns derived for the
     statistics alone (an image's format, height and width)."""
     arrays, derived = list(batch.columns), {}
     for name, kind, setting in columns.declared():
         index = batch.schema.get_field_index(name)
-        arrays[index], extra = kind.prepare_column(batch.column(index), name, uri, setting)
+        arrays[index], extra = kind.prepare_column(batch.column(index), name, setting, source)
         derived.update(extra)
     return pa.RecordBatch.from_arrays(arrays, batch.schema.names), derived
 
@@ -120,7 +122,7 @@ class PreparedBatch:
         return [r for r, keep in zip(self.records, mask) if keep]
 
 
-def prepare_batch(batch: pa.RecordBatch, columns: Columns, uri: str, eval_percent: int,
+def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, eval_percent: int,
                   split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
     """(rows dropped for a missing label, the rest prepared) for one batch as the reader
     gave it (column_types' columns: the label first, the features, and a split key that is
@@ -134,7 +136,7 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, uri: str, eval_percen
     batch = batch.filter(has_label)
     if batch.num_rows == 0:
         return dropped, None
-    batch, derived = prepare_values(batch, columns, uri)
+    batch, derived = prepare_values(batch, columns, source)
     is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
     if split_key and split_key not in features:  # read for the split alone
         keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Optional, Type
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Type
 
 from pydantic import Field
 
@@ -50,6 +50,27 @@ class ColumnFacts:
     whole_numbers: bool
 
 
+@dataclass(frozen=True)
+class RowSource:
+    """Where a batch's rows come from, for ingest's preparation and its errors: the file (or an
+    image folder's class folder), its format, and each row's own file when the rows are files."""
+
+    uri: str
+    format: str = ""
+    files: Optional[Sequence[str]] = None
+
+    def where(self, i: int, rows: int) -> str:
+        """Row `i` of `rows` as an error names it: its file, the file itself, or `file row N`."""
+        if self.files:
+            return self.files[i]
+        return self.uri if rows == 1 else f"{self.uri} row {i + 1}"
+
+    @property
+    def holds_paths(self) -> bool:
+        """A table's cells (CSV, Parquet) may name other files; a record's or a folder's are the data."""
+        return self.format in ("csv", "parquet")
+
+
 class FeatureKind(ABC):
     """A kind of feature: the abstract methods are what every kind declares; the others
     have defaults that suit a kind whose column is one scalar per row."""
@@ -70,11 +91,11 @@ class FeatureKind(ABC):
     def arrow_type(self, setting: Optional[FeatureSetting]):
         """The Arrow type ingest and predict read the column as."""
 
-    def prepare_column(self, column, name: str, uri: str, setting: Optional[FeatureSetting]):
-        """What ingest does to the column of one batch read from `uri` before encoding it:
-        refuses values a model cannot take (one line naming the column), reads what the
-        column points to. Returns the column and the columns derived from it for the
-        statistics only ({name: Arrow array}). By default: as it is."""
+    def prepare_column(self, column, name: str, setting: Optional[FeatureSetting], source: RowSource):
+        """What ingest does to the column of one batch read from `source` before encoding it:
+        refuses values a model cannot take (one line naming the column and the row), reads
+        what the column points to. Returns the column and the columns derived from it for
+        the statistics only ({name: Arrow array}). By default: as it is."""
         return column, {}
 
     # -- statistics -> spec ----------------------------------------------------------------
@@ -89,6 +110,11 @@ class FeatureKind(ABC):
     def parsed_bytes(self, spec, stats) -> int:
         """A generous estimate of one parsed value in memory (the input cache's decision)."""
         return 4
+
+    def edit_schema(self, feature) -> None:
+        """The feature's entry in the schema validate infers (a TFMD Feature), edited as the
+        kind needs (images: image_domain, which keeps the drift and skew comparators off
+        their bytes). By default: as TFDV infers it."""
 
     # -- the model's input -------------------------------------------------------------------
     @abstractmethod

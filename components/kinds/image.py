@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from components.contracts import storage
 from components.contracts.errors import GpupipeError
 from components.contracts.settings import Strict
-from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting
+from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting, RowSource
 from components.kinds.image_header import FORMATS, NotAnImage, image_format, read_header
 
 IMAGES = "images"  # Encoded.extras: {feature: its [batch, height, width, channels] float32 pixels}
@@ -87,14 +87,14 @@ class ImageKind(FeatureKind):
 
         return pa.binary()
 
-    def prepare_column(self, column, name: str, uri: str, setting: ImageSetting):
+    def prepare_column(self, column, name: str, setting: ImageSetting, source: RowSource):
         """A table's paths or URIs read into bytes; each image's header and end checked;
         the format, height and width columns for the statistics."""
         import pyarrow as pa
 
-        values = column.to_pylist()
-        paths = [i for i, v in enumerate(values) if v is not None and image_format(v) is None
-                 and _looks_like_a_path(v)]
+        values, uri = column.to_pylist(), source.uri
+        paths = [i for i, v in enumerate(values) if v is not None and image_format(v) is None] \
+            if source.holds_paths else []
         if paths:
             base = storage.parent(uri)
             located = {i: _locate(values[i].decode("utf-8", "replace").strip(), base) for i in paths}
@@ -107,7 +107,7 @@ class ImageKind(FeatureKind):
                 values[i] = content
         formats, heights, widths = [], [], []
         for i, data in enumerate(values):
-            where = uri if len(values) == 1 else f"{uri} row {i + 1}"
+            where = source.where(i, len(values))
             if data is None:
                 raise GpupipeError(f"data.image_features: {where} has no '{name}' image; give every row an image, "
                                    "or leave the row out")
@@ -127,6 +127,11 @@ class ImageKind(FeatureKind):
         derived = {f"{name}__format": pa.array(formats, pa.string()), f"{name}__height": pa.array(heights, pa.float32()),
                    f"{name}__width": pa.array(widths, pa.float32())}
         return pa.array(values, pa.binary()), derived
+
+    def edit_schema(self, feature) -> None:
+        """TFMD's image_domain: the bytes have no distribution to compare (validate compares the
+        format, height and width columns instead)."""
+        feature.image_domain.SetInParent()
 
     def spec(self, name: str, stats, setting: ImageSetting, options) -> ImageFeature:
         height, width = setting.image_size
@@ -185,10 +190,6 @@ class ImageKind(FeatureKind):
 
     def detect(self, facts: ColumnFacts) -> Optional[str]:
         return None  # an image folder is proposed by gpupipe init DIR; a table's paths are declared by hand
-
-
-def _looks_like_a_path(value: bytes) -> bool:
-    return len(value) < 4096 and b"\0" not in value
 
 
 def _locate(path: str, base: str) -> str:

@@ -30,13 +30,13 @@ class NumericKind(FeatureKind):
 
         return pa.float32()
 
-    def prepare_column(self, column, name: str, uri: str, setting):
+    def prepare_column(self, column, name: str, setting, source):
         """inf and -inf are not measurements: they would turn the mean and the model into NaN."""
         import pyarrow.compute as pc
 
         infinite = pc.sum(pc.is_inf(column)).as_py() or 0
         if infinite:
-            raise GpupipeError(f"data: column '{name}' of {uri} holds inf or -inf ({infinite} in one batch of rows); "
+            raise GpupipeError(f"data: column '{name}' of {source.uri} holds inf or -inf ({infinite} in one batch of rows); "
                                "replace them with numbers, or leave the cells empty (a missing value)")
         return column, {}
 

@@ -27,6 +27,7 @@ from components.store import served, states
 from components.store.base import ServingStore
 
 ROW_COLUMN = "row"  # the key when the table has none: the row's number in the source, from 0
+IMAGE_KEY = "file"  # an image folder's key: each file's path under the folder
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 
 
@@ -97,11 +98,17 @@ class Scorer:
 def score_file(scorer: Scorer, f: readers.SourceFile, columns: Columns, key: Optional[str],
                na_values: Sequence[str], first_row: int = 0) -> Iterator[dict]:
     """One source file's rows, scored, in order: {key or row: ..., predictions ...}."""
+    return score_batches(scorer, readers.read_batches(f, _types(columns, key), na_values=na_values), columns, key,
+                         first_row)
+
+
+def score_batches(scorer: Scorer, batches, columns: Columns, key: Optional[str], first_row: int = 0) -> Iterator[dict]:
+    """Record batches' rows, scored, in order."""
     import pyarrow as pa
 
     row = first_row
     features = columns.features
-    for batch in readers.read_batches(f, _types(columns, key), na_values=na_values):
+    for batch in batches:
         chosen = pa.RecordBatch.from_arrays([batch.column(batch.schema.get_field_index(n)) for n in features],
                                             features)
         keys = batch.column(batch.schema.get_field_index(key)).to_pylist() if key else None
@@ -165,6 +172,8 @@ def predict(*, source: str, data_format: str, columns: Columns, serving_base: st
     fmt = output_format(output)
     number = served_version(serving_base, model_name, version)
     files = readers.resolve(source, data_format, key="--data")
+    if key is None and files[0].format == readers.IMAGE_FILE:
+        key = IMAGE_KEY  # an image folder's rows are its files
     header = readers.check_columns(source, columns.features[0], columns.features[1:], None, data_format)
     if key and key not in header:
         raise GpupipeError(f"--key {key}: not a column of {source} (it has {', '.join(header[:12])}); give the "
@@ -179,9 +188,9 @@ def predict(*, source: str, data_format: str, columns: Columns, serving_base: st
         else:
             def local_rows():
                 start = 0
-                for f in files:
+                for unit in readers.read_units(files, _types(columns, key), na_values):
                     n = 0
-                    for n, row in enumerate(score_file(scorer, f, columns, key, na_values, start), 1):
+                    for n, row in enumerate(score_batches(scorer, unit.batches, columns, key, start), 1):
                         yield row
                     start += n
             rows = local_rows()

@@ -49,6 +49,7 @@ class RunRecord:
     validation: Optional[dict] = None
     drift: List[dict] = field(default_factory=list)
     push: Optional[dict] = None
+    misclassified: List[dict] = field(default_factory=list)  # image models: {true, predicted, probability, src}
 
 
 def read_run(*, train_report_dir: str = "", blessing_dir: str = "", anomalies_dir: str = "",
@@ -62,12 +63,41 @@ def read_run(*, train_report_dir: str = "", blessing_dir: str = "", anomalies_di
         record.evaluation = reports.read_evaluation(blessing_dir, required=False)
         if os.path.isfile(os.path.join(blessing_dir, names.BLESSING_FILE)):
             record.blessing = read_blessing(blessing_dir).to_dict()
+        record.misclassified = _mistakes(blessing_dir, (record.evaluation or {}).get("misclassified") or [])
     if anomalies_dir:
         record.validation = reports.read_validation(anomalies_dir, required=False)
         record.drift = reports.read_drift_measurements(anomalies_dir)
     if pushed_dir:
         record.push = reports.read_push_result(pushed_dir, required=False)
     return record
+
+
+_MIME = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "bmp": "image/bmp"}
+
+
+def _mistakes(blessing_dir: str, listed: List[dict]) -> List[dict]:
+    """The misclassified eval images evaluate wrote, each as a data: URI for the page."""
+    import base64
+
+    found = []
+    for m in listed:
+        path = os.path.join(blessing_dir, m["file"])
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                data = base64.b64encode(f.read()).decode("ascii")
+            mime = _MIME.get(m["file"].rsplit(".", 1)[-1], "application/octet-stream")
+            found.append({**m, "src": f"data:{mime};base64,{data}"})
+    return found
+
+
+def _misclassified(record: RunRecord) -> str:
+    if not record.misclassified:
+        return ""
+    cells = "".join(f"<figure><img src='{m['src']}' alt='{_e(m['true'])}'><figcaption>true {_e(m['true'])}<br>"
+                    f"predicted {_e(m['predicted'])} ({m['probability']:.0%})</figcaption></figure>"
+                    for m in record.misclassified)
+    return (f"<h3>Misclassified eval images ({len(record.misclassified)}, the most confident first)</h3>"
+            f"<div class='mistakes'>{cells}</div>")
 
 
 def _axis(title: str, **extra) -> dict:
@@ -244,6 +274,9 @@ th { background: #f4f4f4; text-align: left; } td:not(:first-child) { text-align:
 .verdict { font-weight: bold; font-size: 1.1em; } .ok { color: #1a7f37; } .bad { color: #c62828; }
 /* fixed columns: a figure is drawn as its div is parsed, at the width it has then */
 .plots { display: grid; grid-template-columns: repeat(auto-fill, 540px); gap: 20px; }
+.mistakes { display: grid; grid-template-columns: repeat(auto-fill, 112px); gap: 10px; }
+.mistakes img { width: 96px; height: 96px; object-fit: contain; image-rendering: pixelated; background: #eee; }
+.mistakes figure { margin: 0; font-size: .8em; }
 """
 
 
@@ -268,6 +301,7 @@ def render_page(record: RunRecord, title: str) -> str:
             "<h2>Training</h2>", plots("plot-loss", "plot-metrics") or "<p>No per-epoch history recorded.</p>",
             "<h3>Throughput and cost</h3>", _throughput(record), _tuning(record),
             "<h2>Evaluation</h2>", plots("plot-confusion", "plot-roc", "plot-pr"), _metrics_table(record),
+            _misclassified(record),
             "<h2>Slices</h2>", _slices(record),
             "<h2>Data: drift against the served version</h2>", plots("plot-drift"), _drift(record)]
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"

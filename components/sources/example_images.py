@@ -16,6 +16,7 @@ from typing import Callable, Dict
 import numpy as np
 
 from components.contracts.errors import GpupipeError
+from components.sources.images import EXAMPLE_NAMES
 
 SHAPES = ("circle", "square", "triangle")
 
@@ -80,7 +81,7 @@ def write_shapes(folder: str, per_class: int = 300, size: int = 32, seed: int = 
     return count
 
 
-EXAMPLES: Dict[str, Callable[[str], int]] = {"digits": write_digits, "shapes": write_shapes}
+EXAMPLES: Dict[str, Callable[[str], int]] = dict(zip(EXAMPLE_NAMES, (write_digits, write_shapes)))
 
 
 def write_example(name: str, folder: str) -> int:

@@ -85,8 +85,11 @@ def resolve(source: str, declared_format: str = "auto", key: str = "data.source"
     else:  # a directory or prefix: the files under it
         entries = storage.list_prefix(source)
         if not entries and not storage.is_remote(source) and not os.path.isdir(source):
+            example = os.path.basename(source.rstrip("/"))
+            hint = (f", or make the example image folder: gpupipe examples {example} {source}"
+                    if example in images.EXAMPLE_NAMES else "")
             raise GpupipeError(f"{key}: file not found: {source}; fix the path (relative paths start at the "
-                               "working directory)")
+                               f"working directory){hint}")
         what = "is an empty directory" if not storage.is_remote(source) else "does not exist"
         if entries and (declared_format == "images" or (declared_format == "auto" and
                                                         images.looks_like_image_folder(entries))):

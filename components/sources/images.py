@@ -22,6 +22,7 @@ EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 IMAGE, LABEL, FILE = "image", "label", "file"  # the columns an image folder has
 COLUMNS = (IMAGE, LABEL, FILE)
 CHUNK = 256  # files read together
+EXAMPLE_NAMES = ("digits", "shapes")  # the example folders `gpupipe examples` writes (example_images.py)
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gpupipe-image-files")
 
 

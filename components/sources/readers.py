@@ -14,7 +14,7 @@ cells.py's. Steps import only this module.
 from __future__ import annotations
 
 import itertools
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import pyarrow as pa
 
@@ -30,7 +30,7 @@ from components.sources.records import (parquet_batches, parquet_file, parquet_s
                                         tfrecord_sample)
 
 __all__ = ["FORMATS", "IMAGE_FILE", "SourceFile", "check_columns", "check_file_columns", "columns_of", "csv_header",
-           "detect_format", "fingerprint", "read_batches", "read_units", "resolve", "sample", "unique_columns"]
+           "detect_format", "fingerprint", "read_batches", "read_units", "resolve", "sample", "unique_columns", "Unit"]
 
 
 def columns_of(f: SourceFile) -> List[str]:
@@ -67,11 +67,21 @@ def read_batches(f: SourceFile, types: Dict[str, pa.DataType],
             yield select_and_cast(batch, types, f.uri)
 
 
+class Unit(NamedTuple):
+    """What ingest and predict read together: a file, or a chunk of an image folder's class
+    folder (named by the folder, each row's own file in `files`)."""
+
+    uri: str
+    size: int
+    format: str
+    batches: Iterator[pa.RecordBatch]
+    files: Optional[List[str]] = None
+
+
 def read_units(files: List[SourceFile], types: Dict[str, pa.DataType],
-               na_values: Sequence[str] = names.NA_VALUES) -> Iterator[Tuple[str, int, Iterator[pa.RecordBatch]]]:
-    """(unit, its bytes, its batches) for a source's files, in order: a unit is a file, or
-    for an image folder a chunk of one class folder's files read together (the unit named
-    by the class folder)."""
+               na_values: Sequence[str] = names.NA_VALUES) -> Iterator[Unit]:
+    """A source's files as units, in order: each file, or for an image folder chunks of a
+    class folder's files read together."""
     if files and files[0].format == IMAGE_FILE:
         root = files[0].root
         by_class: Dict[str, List[SourceFile]] = {}
@@ -80,11 +90,11 @@ def read_units(files: List[SourceFile], types: Dict[str, pa.DataType],
         for cls, members in by_class.items():
             for chunk in images.chunks(members):
                 uris = [f.uri for f in chunk]
-                yield (f"{root}/{cls}", sum(f.size for f in chunk),
-                       iter([select_and_cast(images.read_files(uris, root), types, f"{root}/{cls}")]))
+                batch = select_and_cast(images.read_files(uris, root), types, f"{root}/{cls}")
+                yield Unit(f"{root}/{cls}", sum(f.size for f in chunk), IMAGE_FILE, iter([batch]), uris)
         return
     for f in files:
-        yield f.uri, f.size, read_batches(f, types, na_values)
+        yield Unit(f.uri, f.size, f.format, read_batches(f, types, na_values))
 
 
 def check_columns(source: str, label: str, features: List[str], split_key: Optional[str] = None,

@@ -175,10 +175,27 @@ def set_drift_comparators(schema, settings: DriftSettings) -> None:
     thresholds = {safe_name(k): v for k, v in settings.features.items()}
     for feature in schema.feature:
         threshold = thresholds.get(feature.name)
+        if not compared(feature):
+            continue
         if feature.type == schema_pb2.BYTES:
             feature.drift_comparator.infinity_norm.threshold = threshold or settings.categorical_threshold
         elif feature.type in (schema_pb2.FLOAT, schema_pb2.INT):
             feature.drift_comparator.jensen_shannon_divergence.threshold = threshold or settings.numeric_threshold
+
+
+def compared(feature) -> bool:
+    """Whether the drift and skew comparators compare a feature's values (not an image's bytes)."""
+    return feature.WhichOneof("domain_info") != "image_domain"
+
+
+def apply_kinds(schema, features: Dict[str, str]) -> None:
+    """Each feature's kind (the manifest's {feature: kind}) edits its entry in the schema."""
+    from components.kinds import KINDS
+
+    for feature in schema.feature:
+        kind = KINDS.get(features.get(feature.name, ""))
+        if kind is not None:
+            kind.edit_schema(feature)
 
 
 def annotate_columns(schema, columns: Dict[str, str]) -> None:
@@ -234,14 +251,16 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
         schema = text_format.Parse(text, schema_pb2.Schema())
     else:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
-        annotate_columns(schema, (read_manifest(examples_dir) or {}).get("columns", {}))
+        manifest = read_manifest(examples_dir) or {}
+        apply_kinds(schema, manifest.get("features", {}))
+        annotate_columns(schema, manifest.get("columns", {}))
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
     problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
     if settings.skew_threshold:
         skew_schema = type(schema)()
         skew_schema.CopyFrom(schema)
         for feature in skew_schema.feature:
-            if feature.type == 1:  # BYTES
+            if feature.type == 1 and compared(feature):  # BYTES
                 feature.skew_comparator.infinity_norm.threshold = settings.skew_threshold
         skew = tfdv.validate_statistics(statistics[names.TRAIN_SPLIT], skew_schema,
                                         serving_statistics=statistics[names.EVAL_SPLIT])
