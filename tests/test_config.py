@@ -113,7 +113,9 @@ def test_quantities_the_check_accepts_compile_and_keep_their_value():
     from pipelines.cli import compile_to_text
     from pipelines.pods import step_resources
 
-    steps = ["fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"]
+    from pipelines.steps import names
+
+    steps = names()
     slots = [(step, field) for step in steps for field in ("cpu", "cpu_limit", "memory", "memory_limit")]
     cases = [(v, CPU_OK[v]) for v in CPU_OK] + [(v, MEMORY_OK[v]) for v in MEMORY_OK]
     raw, expected = penguins(), {}
