@@ -134,11 +134,11 @@ def warm_session():
     pods do, are proven by `./dev image-test` (images/image_test.py)."""
     from pipelines import warm
 
-    preload = (*warm.EVERYTHING, "components.train.launch", "components.train.__main__")
+    preload = (*warm.everything(), "components.train.launch", "components.train.__main__")
     previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # as a run sets it before its server imports TensorFlow
     try:
-        with warm.warm_server(preload=preload, modules=("kfp.dsl.executor_main", "components.train")) as server:
+        with warm.warm_server(preload=preload, modules=(*warm.EXECUTOR, "components.train")) as server:
             if previous is None:
                 os.environ.pop("TF_CPP_MIN_LOG_LEVEL")
             else:

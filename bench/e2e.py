@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipelines.warm import EXECUTOR_ENV
+from components.contracts.compat.kfp import EXECUTOR_ENV, EXECUTOR_MODULE
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report")
@@ -63,9 +63,9 @@ def store_clients(step: str, data_source: str, serving_base: str) -> list:
 
 def startup_seconds(step: str, repeats: int = 3, clients: tuple = ()) -> float:
     """A fresh Python importing what the step's task loads before its work starts, with
-    the variables of the task's command (pipelines.warm.EXECUTOR_ENV: kfp then skips its
+    the variables of the task's command (compat.kfp.EXECUTOR_ENV: kfp then skips its
     compile-time imports, the KFP and Kubernetes clients, about 1.1 s)."""
-    modules = ["kfp.dsl.executor_main", f"components.{step}.component", f"components.{step}.logic",
+    modules = [EXECUTOR_MODULE, f"components.{step}.component", f"components.{step}.logic",
                *STEP_LIBRARIES[step], *clients]
     code = "import " + ", ".join(modules)
     times = []

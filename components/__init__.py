@@ -1,10 +1,10 @@
-"""gpupipe components: the seven steps of the pipeline, side by side: fingerprint, ingest,
-validate, train, evaluate, push, report; and notify, the exit handler that tells a webhook
-how a run on the cluster ended.
+"""gpupipe components: the pipeline's steps, side by side, one sub-package each (their order
+and wiring are the step registry's, pipelines/steps.py); notify, the exit handler that tells
+a webhook how a run on the cluster ended; predict, the scoring pipeline's one task.
 
-Each step's sub-package holds `settings.py` (its config section), `logic.py` (plain
-functions, importable without kfp) and `component.py` (the thin `@dsl.component` wrapper);
-they stand on `contracts/` (and `sources/`, `store/`), never on each other
+A step's sub-package holds `logic.py` (plain functions, importable without kfp) and
+`component.py` (the thin `@dsl.component` wrapper), with `settings.py` when it has a config
+section; they stand on `contracts/` (and `sources/`, `store/`), never on each other
 (docs/architecture.md).
 """
 import os

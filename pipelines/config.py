@@ -15,8 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.contracts.errors import GpupipeError
-from components.contracts.names import STEPS
-from components.contracts.pods import Toleration, check_quantity, quantity_value
+from components.contracts.pods import Toleration
 from components.contracts.settings import StorageSettings, Strict, check_secret_name
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
@@ -25,6 +24,8 @@ from components.notify.settings import NotifySettings
 from components.push.settings import NAME_RE, ServingSettings
 from components.train.settings import TrainSettings
 from components.validate.settings import ValidationSettings
+from pipelines import steps
+from pipelines.resources import StepResourcesOverride
 from pipelines.version import image_tag
 
 DEFAULT_REGISTRY = "ghcr.io/gpupipe"
@@ -33,59 +34,6 @@ KFP_GPU_COUNTS = (0, 1, 2, 4, 8, 16)
 # with an optional port, lowercase path components, then a tag and/or a sha256 digest.
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
-_DURATION_RE = re.compile(r"^(\d+)(s|m|h)$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600}
-
-
-class StepResources(Strict):
-    """CPU and memory requests and limits of one step's pod, and how long it may run."""
-
-    cpu: str = Field(description="CPU request, e.g. 500m or 2")
-    cpu_limit: Optional[str] = Field(None, description="CPU limit (default: the request)")
-    memory: str = Field(description="memory request, e.g. 2Gi")
-    memory_limit: Optional[str] = Field(None, description="memory limit (default: the request)")
-    timeout: str = Field("6h", description="the task fails after this long, e.g. 90m or 24h")
-
-    @field_validator("cpu", "cpu_limit", "memory", "memory_limit")
-    @classmethod
-    def _quantities(cls, v: Optional[str], info) -> Optional[str]:
-        return check_quantity(v, info.field_name)
-
-    @field_validator("timeout")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        if not _DURATION_RE.match(v):
-            raise ValueError(f"'{v}' is not a duration; write e.g. 900s, 90m or 24h")
-        return v
-
-    @property
-    def timeout_seconds(self) -> int:
-        number, unit = _DURATION_RE.match(self.timeout).groups()
-        return int(number) * _SECONDS[unit]
-
-
-class StepResourcesOverride(Strict):
-    """Any of StepResources' keys, over the step's defaults (pipelines/pods.py)."""
-
-    cpu: Optional[str] = None
-    cpu_limit: Optional[str] = None
-    memory: Optional[str] = None
-    memory_limit: Optional[str] = None
-    timeout: Optional[str] = Field(None, pattern=_DURATION_RE.pattern)
-
-    @field_validator("cpu", "cpu_limit", "memory", "memory_limit")
-    @classmethod
-    def _quantities(cls, v: Optional[str], info) -> Optional[str]:
-        return check_quantity(v, info.field_name)
-
-    @model_validator(mode="after")
-    def _limits_not_below_requests(self) -> "StepResourcesOverride":
-        for request, limit in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
-            wanted, cap = getattr(self, request), getattr(self, limit)
-            if wanted and cap and quantity_value(cap) < quantity_value(wanted):
-                raise ValueError(f"{limit} {cap} is below {request} {wanted}, and Kubernetes refuses a limit below "
-                                 f"its request; raise {limit}, or leave it out (it follows {request})")
-        return self
 
 
 class ImagesConfig(Strict):
@@ -149,16 +97,16 @@ class ClusterConfig(Strict):
                                             effect="NoSchedule")],
         description="with training.pods.spot: the spot pool's taints tolerated")
     resources: Dict[str, StepResourcesOverride] = Field(
-        default_factory=dict, description="per step (fingerprint, ingest, validate, train, evaluate, push): cpu, "
-                                          "cpu_limit, memory, memory_limit, timeout over the defaults in "
-                                          "pipelines/pods.py")
+        default_factory=dict, description=f"per step ({', '.join(steps.names())}): cpu, cpu_limit, memory, "
+                                          "memory_limit, timeout over the step's defaults (pipelines/steps.py)")
 
     @field_validator("resources")
     @classmethod
     def _known_steps(cls, v: Dict[str, StepResourcesOverride]) -> Dict[str, StepResourcesOverride]:
-        unknown = sorted(set(v) - set(STEPS))
+        known = steps.names()
+        unknown = sorted(set(v) - set(known))
         if unknown:
-            raise ValueError(f"unknown step(s) {', '.join(unknown)}; use {', '.join(STEPS)}")
+            raise ValueError(f"unknown step(s) {', '.join(unknown)}; use {', '.join(known)}")
         return v
 
     @field_validator("queue", "priority")

@@ -10,33 +10,15 @@ files, the environment or the network.
 
 from kfp import dsl, kubernetes
 
-from components.contracts import names
 from components.contracts.compat import kfp_setters_without_source
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import PodShape
 from components.kinds import Columns
-from components.evaluate.component import make_evaluate_op
-from components.fingerprint.component import make_fingerprint_op
-from components.ingest.component import make_ingest_op
-from components.notify.component import make_notify_op
 from components.notify.settings import WEBHOOK_SECRET_KEY, WEBHOOK_URL_ENV
-from components.push.component import make_push_op
-from components.report.component import make_report_op
-from components.train.component import make_train_op
 from components.train.launch import POD_NAME_ENV, POD_UID_ENV, WORKFLOW_ENV, WORKFLOW_LABEL, Launch
-from components.validate.component import make_validate_op
-from pipelines import pods
+from pipelines import pods, steps
 from pipelines.config import PipelineConfig
-
-
-
-# Pipeline parameter names: the fields of the Kubeflow run form, and what local runs override.
-P_DATA_SOURCE = "data_source"
-P_EPOCHS = "epochs"
-P_THRESHOLD = "eval_threshold"
-P_SERVING_BASE = "serving_base"
-P_LEARNING_RATE = "learning_rate"
-
+from pipelines.steps import P_DATA_SOURCE, P_EPOCHS, P_LEARNING_RATE, P_SERVING_BASE, P_THRESHOLD, Build, Step
 
 REMOTE = ("gs://", "s3://")  # where every pod can read and write (the storage layer's schemes)
 PIPELINE_ROOTS = ("gs://", "s3://", "minio://")  # what KFP's launcher stores artifacts in
@@ -140,7 +122,13 @@ def launch_json(config: PipelineConfig) -> str:
                   labels={**pods.queue_labels(config), PIPELINE_LABEL: config.name}).model_dump_json()
 
 
-def push_lineage(config: PipelineConfig) -> str:
+def launch_argument(build: Build) -> str:
+    """train's `launch` input: the job it launches on the cluster; none in a local run (no
+    JobSet on one machine: it trains in its task)."""
+    return "" if build.local else launch_json(build.config)
+
+
+def push_lineage(build: Build) -> str:
     """What each pushed version records of the pipeline that made it (JSON): the pipeline,
     gpupipe's version, the image the tasks run in and a digest of the whole config."""
     import hashlib
@@ -148,9 +136,55 @@ def push_lineage(config: PipelineConfig) -> str:
 
     from pipelines.version import __version__
 
+    config = build.config
     return json.dumps({"pipeline": config.name, "gpupipe_version": __version__, "image": config.images.cpu_image,
                        "config_digest": hashlib.sha256(config.model_dump_json().encode()).hexdigest()},
                       sort_keys=True)
+
+
+class StepTask:
+    """How a step's task is built beyond its registry entry: its image, any setting of the
+    task the entry cannot say, and its pod shape. A step's `hook` names a subclass."""
+
+    def image(self, build: Build) -> str:
+        return build.config.images.cpu_image
+
+    def configure(self, task: dsl.PipelineTask, build: Build) -> None:
+        """Called after the display name and caching, before the pod shape."""
+
+    def shape(self, step: Step, build: Build) -> PodShape:
+        return pods.step_shape(build.config, step.name)
+
+
+class TrainTask(StepTask):
+    """train: retries with backoff; in its own pod it holds the GPUs (the GPU image, the
+    training shape); when it launches a job for the workers, the workers hold them and the
+    task only creates and follows their job (the CPU image, the launcher's shape, and its own
+    pod's name, uid and workflow, which the job's owner reference and labels carry)."""
+
+    def image(self, build: Build) -> str:
+        return build.config.images.cpu_image if launch_argument(build) else build.config.train_image
+
+    def configure(self, task: dsl.PipelineTask, build: Build) -> None:
+        t = build.config.training.pods
+        task.set_retry(num_retries=t.retries, backoff_duration=t.retry_backoff, backoff_factor=2.0)
+        if launch_argument(build):
+            kubernetes.use_field_path_as_env(task, env_name=POD_NAME_ENV, field_path="metadata.name")
+            kubernetes.use_field_path_as_env(task, env_name=POD_UID_ENV, field_path="metadata.uid")
+            kubernetes.use_field_path_as_env(task, env_name=WORKFLOW_ENV,
+                                             field_path=f"metadata.labels['{WORKFLOW_LABEL}']")
+
+    def shape(self, step: Step, build: Build) -> PodShape:
+        launch = launch_argument(build)
+        return pods.launcher_shape(build.config) if launch else pods.training_shape(build.config)
+
+
+class NotifyTask(StepTask):
+    """notify: the webhook's URL from the Secret notify.webhook_secret names, by reference."""
+
+    def configure(self, task: dsl.PipelineTask, build: Build) -> None:
+        kubernetes.use_secret_as_env(task, secret_name=build.config.notify.webhook_secret,
+                                     secret_key_to_env={WEBHOOK_SECRET_KEY: WEBHOOK_URL_ENV})
 
 
 def create_pipeline(config: PipelineConfig, local: bool = False):
@@ -172,103 +206,39 @@ def _pipeline(config: PipelineConfig, local: bool, defaults: dict):
         serving_base: str = defaults[P_SERVING_BASE],
         learning_rate: float = defaults[P_LEARNING_RATE],
     ):
-        with exit_handler(config, local, serving_base):
-            _steps(config, local, data_source, epochs, eval_threshold, serving_base, learning_rate)
+        build = Build(config=config, local=local, params={
+            P_DATA_SOURCE: data_source, P_EPOCHS: epochs, P_THRESHOLD: eval_threshold, P_SERVING_BASE: serving_base,
+            P_LEARNING_RATE: learning_rate})
+        with exit_handler(build):
+            for step in steps.registered():
+                build.tasks[step.name] = step_task(step, build)
 
     return pipeline
 
 
-def exit_handler(config: PipelineConfig, local: bool, serving_base):
+def step_task(step: Step, build: Build) -> dsl.PipelineTask:
+    """One step's task from its registry entry: its component on its image, its inputs from
+    their sources, after the steps it names, its display name, caching, hook and pod shape."""
+    hook = steps.load(step.hook)() if step.hook else StepTask()
+    op = dsl.component(step.function(), base_image=hook.image(build), install_kfp_package=False)
+    task = op(**{name: source.value(build) for name, source in step.inputs.items()})
+    for other in step.after:
+        task.after(build.tasks[other])
+    task.set_display_name(step.display_name).set_caching_options(step.cached)
+    hook.configure(task, build)
+    apply_pod_shape(task, hook.shape(step, build))
+    return task
+
+
+def exit_handler(build: Build):
     """With notify.webhook_secret, on the cluster: the steps run inside a dsl.ExitHandler whose
-    exit task (components/notify) reports the run's final status (kfp.local has no exit
-    handlers: `gpupipe run` notifies from its summary)."""
+    exit task (the registry's EXIT_HANDLER, components/notify) reports the run's final status
+    (kfp.local has no exit handlers: `gpupipe run` notifies from its summary)."""
     import contextlib
 
-    if local or not config.notify.webhook_secret:
+    if build.local or not build.config.notify.webhook_secret:
         return contextlib.nullcontext()
-    notify_task = make_notify_op(config.images.cpu_image)(
-        settings=config.notify.for_cluster().model_dump_json(), pipeline=config.name,
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, serving_base=serving_base, model_name=config.serving.model_name)
-    notify_task.set_display_name("Notify").set_caching_options(False)
-    kubernetes.use_secret_as_env(notify_task, secret_name=config.notify.webhook_secret,
-                                 secret_key_to_env={WEBHOOK_SECRET_KEY: WEBHOOK_URL_ENV})
-    apply_pod_shape(notify_task, pods.step_shape(config, names.NOTIFY))
-    return dsl.ExitHandler(notify_task, name="gpupipe-run")
-
-
-def _steps(config: PipelineConfig, local: bool, data_source, epochs, eval_threshold, serving_base, learning_rate):
-    """The run's tasks, wired; the pipeline's parameters as KFP passes them in. A local run
-    trains in its train task (no JobSet on one machine)."""
-    cpu_image = config.images.cpu_image
-    fingerprint_op = make_fingerprint_op(cpu_image)
-    ingest_op = make_ingest_op(cpu_image)
-    validate_op = make_validate_op(cpu_image)
-    launch = "" if local else launch_json(config)
-    train_op = make_train_op(cpu_image if launch else config.train_image)  # a launcher holds no GPU
-    evaluate_op = make_evaluate_op(cpu_image)
-    push_op = make_push_op(cpu_image)
-    report_op = make_report_op(cpu_image)
-    data, training, serving = config.data, config.training, config.serving
-    columns = Columns.part_of(data).model_dump_json()
-    # Never cached: its outputs put the data's and the served model's state into the
-    # cache keys of ingest and validate, so those are reused only when neither changed.
-    fingerprint_task = fingerprint_op(source=data_source, data_format=data.format, serving_base=serving_base,
-                                      model_name=serving.model_name)
-    fingerprint_task.set_display_name("Fingerprint inputs").set_caching_options(False)
-
-    ingest_task = ingest_op(source=data_source, settings=data.model_dump_json(),
-                            numeric_label=training.task == "regression",
-                            source_fingerprint=fingerprint_task.outputs["data"])
-    ingest_task.set_display_name("Ingest data").set_caching_options(True)
-
-    validate_task = validate_op(
-        examples=ingest_task.outputs["examples"], columns=columns, settings=config.validation.model_dump_json(),
-        serving_base=serving_base, model_name=serving.model_name,
-        served_version=fingerprint_task.outputs["served"])
-    validate_task.set_display_name("Validate data (TFDV)").set_caching_options(True)
-
-    # Cached: the key is the examples (ingest's, cached by the data's fingerprint), the settings,
-    # the run parameters and the image (its tag carries the commit). It runs after validate,
-    # which stops the run on bad data, but takes nothing from it.
-    train_task = train_op(
-        examples=ingest_task.outputs["examples"], columns=columns, settings=training.model_dump_json(),
-        launch=launch, epochs=epochs, learning_rate=learning_rate).after(validate_task)
-    train_task.set_display_name("Train model").set_caching_options(True)
-    train_task.set_retry(num_retries=training.pods.retries, backoff_duration=training.pods.retry_backoff,
-                         backoff_factor=2.0)
-    if launch:  # the workers hold the GPUs and the scratch; this task creates and follows their job
-        kubernetes.use_field_path_as_env(train_task, env_name=POD_NAME_ENV, field_path="metadata.name")
-        kubernetes.use_field_path_as_env(train_task, env_name=POD_UID_ENV, field_path="metadata.uid")
-        kubernetes.use_field_path_as_env(train_task, env_name=WORKFLOW_ENV,
-                                         field_path=f"metadata.labels['{WORKFLOW_LABEL}']")
-
-    evaluate_task = evaluate_op(
-        model=train_task.outputs["model"], examples=ingest_task.outputs["examples"],
-        settings=config.evaluation.model_dump_json(), threshold=eval_threshold, serving_base=serving_base,
-        model_name=serving.model_name, served_version=fingerprint_task.outputs["served"])
-    # Cached while the model, the examples, the settings and the served version are unchanged.
-    evaluate_task.set_display_name("Evaluate model").set_caching_options(True)
-
-    push_task = push_op(
-        model=train_task.outputs["model"], blessing=evaluate_task.outputs["blessing"],
-        examples=ingest_task.outputs["examples"], statistics=validate_task.outputs["statistics"],
-        schema=validate_task.outputs["schema"], settings=serving.model_dump_json(), serving_base=serving_base,
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-        lineage=push_lineage(config), data_fingerprint=fingerprint_task.outputs["data"])
-    push_task.set_display_name("Push to serving").set_caching_options(False)
-
-    # Reads what the others recorded; the page is the task's HTML output in the Kubeflow UI.
-    report_task = report_op(
-        train_report=train_task.outputs["report"], blessing=evaluate_task.outputs["blessing"],
-        anomalies=validate_task.outputs["anomalies"], pushed=push_task.outputs["pushed"], pipeline=config.name,
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    report_task.set_display_name("Run report").set_caching_options(False)
-
-    shapes = {names.FINGERPRINT: fingerprint_task, names.INGEST: ingest_task, names.VALIDATE: validate_task,
-              names.EVALUATE: evaluate_task, names.PUSH: push_task, names.REPORT: report_task}
-    for step, task in shapes.items():
-        apply_pod_shape(task, pods.step_shape(config, step))
-    apply_pod_shape(train_task, pods.launcher_shape(config) if launch else pods.training_shape(config))
+    return dsl.ExitHandler(step_task(steps.EXIT_HANDLER, build), name="gpupipe-run")
 
 
 def create_scoring_pipeline(config: PipelineConfig):
@@ -295,5 +265,5 @@ def create_scoring_pipeline(config: PipelineConfig):
                               engine="beam" if data.engine == "beam" else "local",
                               beam_pipeline_args=json.dumps(list(data.beam_pipeline_args)))
             task.set_display_name("Score with the served model").set_caching_options(False)
-            apply_pod_shape(task, pods.step_shape(config, names.EVALUATE))  # the resources that score the eval split
+            apply_pod_shape(task, pods.step_shape(config, steps.EVALUATE))  # the resources that score the eval split
     return scoring

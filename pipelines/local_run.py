@@ -22,17 +22,22 @@ from components.contracts.errors import ERROR_FILE_ENV, GpupipeError
 from components.contracts.storage import is_remote
 from components.sources.readers import check_columns
 from components.sources.synthetic import is_synthetic
+from pipelines import steps as registry
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
-from pipelines.reports import REPORT_OUTPUT
+from pipelines.reports import ANOMALIES_DIR, BLESSING_DIR, PUSHED_DIR, REPORT_OUTPUT
 from pipelines.task_cache import HIT, TaskCache, caching_tasks, saved_seconds
 
-STEP_COLUMN = max(len(name) for name in names.STEPS)  # width of the step names in the summary
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/telemetry.py: Progress)
 _EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 CACHED = "CACHED"  # a step whose outputs an earlier run with the same inputs made (pipelines/task_cache.py)
 RUN_FILE = "gpupipe-run.json"  # in each run's folder: its config and parameters (gpupipe resume)
+
+
+def step_column() -> int:
+    """The width of the step names in the summary."""
+    return max(len(name) for name in registry.names())
 
 
 @dataclass
@@ -69,9 +74,10 @@ class RunSummary:
 
     def render(self) -> str:
         lines = [f"gpupipe run {self.pipeline}: {self.status} in {self.seconds:.1f}s"]
+        width = step_column()
         for step in self.steps:
             took = f"{step.seconds:6.1f}s" if step.seconds is not None else "      -"
-            lines.append(f"  {step.name:<{STEP_COLUMN}} {step.status:<8} {took}")
+            lines.append(f"  {step.name:<{width}} {step.status:<8} {took}")
         if self.cached:
             lines.append(f"  cached: {', '.join(self.cached)} reused from an earlier run with the same inputs "
                          f"(saved {sum(self.saved.values()):.1f}s; --no-cache runs them)")
@@ -131,6 +137,7 @@ class _ProgressTee(io.TextIOBase):
         self._progress_shown = 0.0
         self._progress_open = False  # a progress line waits for its newline (terminal)
         self.saved: Dict[str, float] = {}  # reused tasks: the seconds their first run took
+        self._width = step_column()
 
     def writable(self) -> bool:
         return True
@@ -157,7 +164,7 @@ class _ProgressTee(io.TextIOBase):
     def _progress(self, line: str) -> None:
         if self._quiet:
             return
-        text = f"  {self._running or '':<{STEP_COLUMN}} {line.split(PROGRESS, 1)[1].strip()}"
+        text = f"  {self._running or '':<{self._width}} {line.split(PROGRESS, 1)[1].strip()}"
         if self._tty:
             self._console.write(f"\r\x1b[K{text}")
             self._console.flush()
@@ -172,13 +179,16 @@ class _ProgressTee(io.TextIOBase):
 
     def _observe(self, line: str) -> None:
         event = kfp_local_task_event(line)
+        if event:  # kfp.local names the task; the summary, the step (its function's name)
+            step = registry.by_task(event[0])
+            event = (step.name if step else event[0], event[1])
         if event and event[1] is None:
             name = event[0]
             self._started[name] = time.monotonic()
             self._running = name
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
-            self._say(f"  {name:<{STEP_COLUMN}} running ...")
+            self._say(f"  {name:<{self._width}} running ...")
         elif HIT in line:
             self.saved.update(saved_seconds(line))
         elif event:
@@ -189,7 +199,7 @@ class _ProgressTee(io.TextIOBase):
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
-                self._say(f"  {name:<{STEP_COLUMN}} {status} in {self._steps[name].seconds:.1f}s")
+                self._say(f"  {name:<{self._width}} {status} in {self._steps[name].seconds:.1f}s")
         elif line.lstrip().startswith(PROGRESS):  # kfp.local indents a task's own lines
             self._progress(line)
 
@@ -251,7 +261,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     pipeline_root = Path(runs_dir).resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     before = set(pipeline_root.glob(f"{config.name}-*"))
-    steps = {name: StepResult(name) for name in names.STEPS}
+    steps = {name: StepResult(name) for name in registry.names()}
     pipeline = create_pipeline(config, local=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
 
@@ -264,7 +274,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     os.environ[TF_LOG_LEVEL_ENV] = "2"  # the tasks log TensorFlow's errors to run.log
     started = time.monotonic()
     if not quiet:
-        print(f"gpupipe run {config.name}: running {len(names.STEPS)} steps locally (kfp.local)", file=console,
+        print(f"gpupipe run {config.name}: running {len(steps)} steps locally (kfp.local)", file=console,
               flush=True)
     try:
         with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
@@ -299,10 +309,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if run_dir is not None:
         (run_dir / RUN_FILE).write_text(json.dumps({"config": config.model_dump(mode="json", exclude_unset=True),
                                                     "parameters": params}, indent=2), encoding="utf-8")
-        summary.blessing = _read_json(run_dir / names.EVALUATE / "blessing" / names.BLESSING_FILE)
-        summary.push = _read_json(run_dir / names.PUSH / "pushed" / names.PUSH_RESULT_FILE)
-        summary.validation = _read_json(run_dir / names.VALIDATE / "anomalies" / "validation.json")
-        summary.ingest = _read_json(run_dir / names.INGEST / "examples" / names.MANIFEST_FILE)
+        summary.blessing = _read_json(run_dir.joinpath(*BLESSING_DIR, names.BLESSING_FILE))
+        summary.push = _read_json(run_dir.joinpath(*PUSHED_DIR, names.PUSH_RESULT_FILE))
+        summary.validation = _read_json(run_dir.joinpath(*ANOMALIES_DIR, names.VALIDATION_FILE))
+        summary.ingest = _read_json(run_dir / registry.INGEST / "examples" / names.MANIFEST_FILE)
         page = run_dir.joinpath(*REPORT_OUTPUT)
         if page.is_file():  # the task's output, also under the name a user looks for
             beside = run_dir / names.RUN_REPORT_PAGE

@@ -4,29 +4,15 @@ and the multi-worker job's workers (components/train/launch.py) both take their 
 here, so they cannot drift apart."""
 from __future__ import annotations
 
-from typing import Dict
-
 from components.contracts import names
 from components.contracts.pods import (PRIORITY_LABEL, QUEUE_LABEL, TMP_MOUNT, TMP_VOLUME, EmptyDir, PodShape, SecretEnv,
                                        SecretVolume, quantity_value)
-from pipelines.config import PipelineConfig, StepResources
+from pipelines import steps
+from pipelines.config import PipelineConfig
+from pipelines.resources import StepResources
 
 GCS_KEY_MOUNT = "/var/secrets/gcs"
 
-# Per-step defaults: requests are what the step needs on the example data, limits leave
-# room for larger tables. The cluster.resources section overrides any of them.
-STEP_DEFAULTS: Dict[str, StepResources] = {
-    names.FINGERPRINT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
-    names.INGEST: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="6h"),
-    names.VALIDATE: StepResources(cpu="1", cpu_limit="2", memory="4Gi", memory_limit="8Gi", timeout="6h"),
-    # The pods that train (cluster.resources.train overrides it). When the train task launches a job it only
-    # creates and follows the job, and takes LAUNCHER instead.
-    names.TRAIN: StepResources(cpu="2", cpu_limit="4", memory="4Gi", memory_limit="8Gi", timeout="24h"),
-    names.EVALUATE: StepResources(cpu="1", cpu_limit="2", memory="2Gi", memory_limit="4Gi", timeout="2h"),
-    names.PUSH: StepResources(cpu="500m", cpu_limit="1", memory="1Gi", memory_limit="2Gi", timeout="1h"),
-    names.REPORT: StepResources(cpu="250m", cpu_limit="1", memory="512Mi", memory_limit="1Gi", timeout="15m"),
-    names.NOTIFY: StepResources(cpu="100m", cpu_limit="500m", memory="256Mi", memory_limit="512Mi", timeout="10m"),
-}
 # /tmp of the pods that train: an emptyDir, so the workers' root filesystem can be read-only
 # (Pod Security "restricted"); staging and the local backup go there without a disk cache.
 # A cap past which the kubelet evicts the pod, not a reservation.
@@ -35,10 +21,11 @@ LAUNCHER = StepResources(cpu="250m", cpu_limit="500m", memory="512Mi", memory_li
 
 
 def step_resources(config: PipelineConfig, step: str) -> StepResources:
-    """The step's defaults with the config's cluster.resources.<step> keys over them. A request
-    raised above the default limit, the limit not given, lifts the limit to it (Kubernetes
-    refuses a limit below the request; the config model refuses one given so)."""
-    base = STEP_DEFAULTS[step]
+    """The step's defaults (its registry entry, pipelines/steps.py) with the config's
+    cluster.resources.<step> keys over them. A request raised above the default limit, the
+    limit not given, lifts the limit to it (Kubernetes refuses a limit below the request; the
+    config model refuses one given so)."""
+    base = steps.get(step).resources
     override = config.cluster.resources.get(step)
     if not override:
         return base
@@ -92,7 +79,7 @@ def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
     an emptyDir for /tmp and one for the disk input cache, and (`queued`: a pod Kueue admits by itself)
     the queue labels."""
     t = config.training.pods
-    resources = step_resources(config, names.TRAIN)
+    resources = step_resources(config, steps.TRAIN)
     common = _common(config)
     empty_dirs = [EmptyDir(name=TMP_VOLUME, mount_path=TMP_MOUNT, size_limit=TMP_SIZE_LIMIT)]
     env = dict(common.pop("env", {}))
@@ -112,5 +99,5 @@ def training_shape(config: PipelineConfig, queued: bool = True) -> PodShape:
 def launcher_shape(config: PipelineConfig) -> PodShape:
     """The train task that launches the workers' job (GPU training, or workers > 1): it creates
     and follows the job, holds no GPU."""
-    timeout = step_resources(config, names.TRAIN).timeout
+    timeout = step_resources(config, steps.TRAIN).timeout
     return _shape(LAUNCHER.model_copy(update={"timeout": timeout}), **_common(config))

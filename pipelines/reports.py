@@ -6,13 +6,14 @@ from pathlib import Path
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
+from pipelines import steps
 
 # Where kfp.local keeps each step's artifacts inside a run directory (<task>/<output>).
-TRAIN_REPORT_DIR = (names.TRAIN, "report")
-BLESSING_DIR = (names.EVALUATE, "blessing")
-ANOMALIES_DIR = (names.VALIDATE, "anomalies")
-PUSHED_DIR = (names.PUSH, "pushed")
-REPORT_OUTPUT = (names.REPORT, "page")  # the report task's HTML output (components/report/component.py)
+TRAIN_REPORT_DIR = (steps.TRAIN, "report")
+BLESSING_DIR = (steps.EVALUATE, "blessing")
+ANOMALIES_DIR = (steps.VALIDATE, "anomalies")
+PUSHED_DIR = (steps.PUSH, "pushed")
+REPORT_OUTPUT = (steps.REPORT, "page")  # the report task's HTML output (components/report/component.py)
 
 
 def run_page(run_dir: Path) -> Path:

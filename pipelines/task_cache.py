@@ -2,10 +2,11 @@
 
 On the cluster KFP reuses a cached task's outputs when its cache key matches: the
 component (image, command, arguments), its parameters and its input artifacts. The compiled
-pipeline caches ingest and validate (keyed by the fingerprint task's outputs), train and
-evaluate (pipelines/factory.py). kfp.local ignores caching, so a local run does the same
-here: before kfp.local starts one of those tasks, the key is computed from the task's
-executor input (its parameters, and the content of each input artifact), the component's
+pipeline caches the steps whose registry entry says `cached` (pipelines/steps.py: ingest
+and validate, keyed by the fingerprint task's outputs, train and evaluate). kfp.local
+ignores caching, so a local run does the same here: before kfp.local starts one of those
+tasks, the key is computed from the task's executor input (its parameters, and the
+content of each input artifact), the component's
 code and gpupipe's own source; when a finished task with that key is in the cache, its
 outputs are copied into this run and the task does not run. A task that succeeds is stored.
 
@@ -26,14 +27,17 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-CACHED = ("ingest", "validate", "train", "evaluate")  # as the compiled pipeline caches them
+from components.contracts.compat.kfp import FUNCTION_FLAG, INPUT_FLAG, executor_argument
+from pipelines import steps
+
 HIT = "gpupipe-cache: reused"  # the line a reused task prints (pipelines/local_run.py reads it)
 _OUTPUT_FILE = "executor_output.json"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _argument(command: List[str], flag: str) -> str:
-    return command[command.index(flag) + 1]
+def cached() -> set:
+    """The functions whose tasks are reused: the steps cached as the compiled pipeline caches them."""
+    return {step.name for step in steps.registered() if step.cached}
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,10 +72,10 @@ def _key(parts: dict) -> str:
 
 def key_parts(command: List[str]) -> Optional[dict]:
     """What the key is made of (kept with each entry, to tell why a task was not reused)."""
-    function = _argument(command, "--function_to_execute")
-    if function not in CACHED:
+    function = executor_argument(command, FUNCTION_FLAG)
+    if function not in cached():
         return None
-    executor_input = json.loads(_argument(command, "--executor_input"))
+    executor_input = json.loads(executor_argument(command, INPUT_FLAG))
     inputs = executor_input.get("inputs", {})
     artifacts = {name: [content_digest(a["uri"]) for a in value.get("artifacts", [])]
                  for name, value in sorted(inputs.get("artifacts", {}).items())}
@@ -82,7 +86,7 @@ def key_parts(command: List[str]) -> Optional[dict]:
 
 
 def _task_root(command: List[str]) -> Path:
-    return Path(json.loads(_argument(command, "--executor_input"))["outputs"]["outputFile"]).parent
+    return Path(json.loads(executor_argument(command, INPUT_FLAG))["outputs"]["outputFile"]).parent
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -102,7 +106,7 @@ class TaskCache:
         self.reuse = reuse
 
     def entry(self, command: List[str], key: str) -> Path:
-        return self.root / _argument(command, "--function_to_execute") / key
+        return self.root / executor_argument(command, FUNCTION_FLAG) / key
 
     def restore(self, command: List[str], parts: Optional[dict]) -> Optional[dict]:
         """Copies a cached task's outputs into this task's folder (`parts`: its key_parts);
@@ -152,7 +156,7 @@ def caching_tasks(cache: Optional[TaskCache]):
             parts = key_parts(self.full_command)  # the inputs hashed once, before the task may run
             meta = cache.restore(self.full_command, parts)
             if meta is not None:
-                function = _argument(self.full_command, "--function_to_execute")
+                function = executor_argument(self.full_command, FUNCTION_FLAG)
                 print(f"{HIT} {function}: outputs of an earlier run with the same inputs "
                       f"(saved {meta['seconds']:.1f}s)", flush=True)
                 return status.Status.SUCCESS

@@ -39,47 +39,41 @@ from pathlib import Path
 from typing import Dict
 
 from components.contracts.compat import patched_attribute, patched_environ
-from pipelines import warm_client
+from components.contracts.compat.kfp import EXECUTOR_ENV, EXECUTOR_MODULE, FUNCTION_FLAG, executor_argument
+from pipelines import steps, warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
 SHIM_ENV = "GPUPIPE_WARM_SHIM"  # set with the client's variables: a server this environment can use
-# What the compiled executor command sets before `python3 -m kfp.dsl.executor_main`: kfp's
-# package then skips its compile-time imports (the KFP and Kubernetes clients, about 1 s).
-EXECUTOR_ENV = {"_KFP_RUNTIME": "true"}
-# What every task needs (the KFP executor, the components' modules): imported first.
-PRELOAD = ("components", "kfp.dsl.executor_main", "components.fingerprint.component", "components.ingest.component",
-           "components.validate.component", "components.train.component", "components.evaluate.component",
-           "components.push.component", "components.report.component")
-# What a step's task needs before its work starts, by the component's function name (kfp
-# passes it as --function_to_execute): the server imports it before it forks that task, so
-# no task imports TensorFlow while the server is importing it too. While a task runs, the
-# server imports what the next two steps need (STEP_ORDER), so a run that stops early
-# (bad data at ingest) does not pay for the libraries of steps it never reaches.
-STEP_ORDER = ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report")
-STEP_NEEDS = {
-    "fingerprint": ("components.sources.readers", "components.fingerprint.logic"),
-    "ingest": ("pyarrow.csv", "pyarrow.parquet", "components.sources.readers", "tensorflow",
-               "tfx_bsl.coders.example_coder", "tensorflow_data_validation", "components.ingest.logic"),
-    "validate": ("tensorflow_data_validation", "components.validate.logic"),
-    "train": ("tensorflow", "tf_keras", "components.train.logic", "components.train.model", "components.train.runtime",
-              "components.train.data", "components.train.optimizers", "components.train.resilience",
-              "components.train.telemetry", "components.train.export", "components.train.target",
-              "components.train.report", "components.contracts.compat.tf_keras"),
-    "evaluate": ("tensorflow", "pandas", "sklearn.metrics", "components.evaluate.logic"),
-    "push": ("tensorflow", "tensorflow_serving.apis.prediction_log_pb2", "components.push.logic"),
-    "report": ("plotly", "components.report.logic"),
-}
+EXECUTOR = (EXECUTOR_MODULE,)  # what runs warm: the command of every compiled task
 
 
-EVERYTHING = tuple(dict.fromkeys([*PRELOAD, *(m for step in STEP_ORDER for m in STEP_NEEDS[step])]))
+def default_preload() -> tuple:
+    """What every task needs (the KFP executor, the steps' component modules): imported first."""
+    return ("components", EXECUTOR_MODULE, *(step.module for step in steps.registered()))
+
+
+# What a step's task needs before its work starts (its registry entry's `preload`), by the
+# component's function name (kfp passes it as --function_to_execute): the server imports it
+# before it forks that task, so no task imports TensorFlow while the server is importing it
+# too. While a task runs, the server imports what the next two steps need (the registry's
+# order), so a run that stops early (bad data at ingest) does not pay for the libraries of
+# steps it never reaches.
+def needs(step: str) -> tuple:
+    """What `step`'s task imports before its work starts (nothing for a function not a step)."""
+    return next((s.preload for s in steps.registered() if s.name == step), ())
+
+
+def everything() -> tuple:
+    return tuple(dict.fromkeys([*default_preload(), *(m for step in steps.registered() for m in step.preload)]))
 
 
 def lookahead(step: str) -> list:
-    """What the two steps after `step` need (nothing for a function not in STEP_ORDER)."""
-    if step not in STEP_ORDER:
+    """What the two steps after `step` need (nothing for a function not a step)."""
+    order = steps.names()
+    if step not in order:
         return []
-    i = STEP_ORDER.index(step)
-    return [m for later in STEP_ORDER[i + 1:i + 3] for m in STEP_NEEDS[later]]
+    i = order.index(step)
+    return [m for later in order[i + 1:i + 3] for m in needs(later)]
 
 
 def enabled() -> bool:
@@ -141,11 +135,12 @@ def _receive_request(conn: socket.socket):
     return json.loads(data), fds
 
 
-def serve(path: str, preload=PRELOAD) -> None:
-    """Listens at once, then imports `preload` (and, as tasks arrive, what the next steps
-    need) one module at a time; between two imports (and after the last) it forks one child
-    per request, until SIGTERM. A task that arrives while a module is importing waits for
-    that import, then for its own step's needs, and starts with all of it loaded."""
+def serve(path: str, modules=None) -> None:
+    """Listens at once, then imports `modules` (default_preload() unless given; and, as tasks
+    arrive, what the next steps need) one module at a time; between two imports (and after
+    the last) it forks one child per request, until SIGTERM. A task that arrives while a
+    module is importing waits for that import, then for its own step's needs, and starts
+    with all of it loaded."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -166,7 +161,10 @@ def serve(path: str, preload=PRELOAD) -> None:
     listener.bind(path + ".tmp")
     listener.listen(8)
     os.rename(path + ".tmp", path)
-    pending = [*preload, *(STEP_NEEDS["ingest"] if tuple(preload) == PRELOAD else ())]  # a run starts at ingest's
+    default, order = default_preload(), steps.names()
+    modules = default if modules is None else tuple(modules)
+    # a run's first task arrives at once and brings its own needs; the second step's come next
+    pending = [*modules, *(needs(order[1]) if modules == default and len(order) > 1 else ())]
     while True:  # until SIGTERM (stop)
         step = _serve_once(listener, children, timeout=0 if pending else 0.2)
         if step:
@@ -201,9 +199,8 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
                 os.close(fd)
             conn.close()
             continue
-        argv = request.get("argv", [])
-        step = argv[argv.index("--function_to_execute") + 1] if "--function_to_execute" in argv[:-1] else ""
-        for name in STEP_NEEDS.get(step, ()):
+        step = executor_argument(request.get("argv", []), FUNCTION_FLAG)
+        for name in needs(step):
             _import(name)
         started = step or started
         pid = os.fork()
@@ -235,7 +232,7 @@ class WarmServer:
 
 
 @contextlib.contextmanager
-def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
+def warm_server(preload=None, modules=EXECUTOR):
     """Starts the warm server and writes the shim; changes nothing else. `python -m MODULE
     ...` through the shim, with `environment` set, runs warm for a MODULE in `modules`,
     anything else as plain Python."""
@@ -247,6 +244,7 @@ def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
         f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{client}" "$@"\n')
     os.chmod(shim, 0o755)
     # The server imports kfp as each task's own command does (EXECUTOR_ENV), as in each pod.
+    preload = default_preload() if preload is None else preload
     process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env={**os.environ, **EXECUTOR_ENV})
@@ -268,7 +266,7 @@ def warm_server(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
 
 
 @contextlib.contextmanager
-def warm_tasks(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
+def warm_tasks(preload=None, modules=EXECUTOR):
     """A warm server for a kfp.local run: for the duration, kfp.local's `python3` (this
     process's sys.executable) is the shim. Yields the server process (None with
     GPUPIPE_WARM_START=0: no-op; None also when the environment names a running server,
@@ -288,4 +286,4 @@ def warm_tasks(preload=PRELOAD, modules=("kfp.dsl.executor_main",)):
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else PRELOAD)
+    serve(sys.argv[1], [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else None)

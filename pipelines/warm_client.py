@@ -18,7 +18,7 @@ import sys
 
 SOCKET_ENV = "GPUPIPE_WARM_SOCKET"
 PYTHON_ENV = "GPUPIPE_WARM_PYTHON"
-MODULES_ENV = "GPUPIPE_WARM_MODULES"  # what the server runs (`-m MODULE`): KFP's executor unless set
+MODULES_ENV = "GPUPIPE_WARM_MODULES"  # what the server runs (`-m MODULE`, comma-separated); set by pipelines/warm.py
 
 
 def _cold(python: str, args: list) -> None:
@@ -38,7 +38,7 @@ def _receive(conn: socket.socket, size: int) -> bytes:
 def main(args: list) -> int:
     python = os.environ.get(PYTHON_ENV) or sys.executable
     path = os.environ.get(SOCKET_ENV, "")
-    modules = os.environ.get(MODULES_ENV, "kfp.dsl.executor_main").split(",")
+    modules = os.environ.get(MODULES_ENV, "").split(",")
     if len(args) < 2 or args[0] != "-m" or args[1] not in modules or not path:
         _cold(python, args)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -2,11 +2,13 @@
 read on the versions MEASURED_ON says; a pin that moves fails here, loudly, before a
 workaround silently stops working. And no product code outside the compat package uses
 unittest, assigns into a library, or reaches a library's private names (`tf_keras.src`,
-`tensorflow.python`, `x._name`, an override of a library class's private method)."""
+`tensorflow.python`, `x._name`, an override of a library class's private method, kfp's
+`_KFP_RUNTIME` or one of its module paths written as a string)."""
 import ast
 import importlib
 import importlib.metadata
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -177,6 +179,11 @@ def _private(name: str) -> bool:
     return name == "__internal__" or (name.startswith("_") and not name.endswith("__"))
 
 
+# kfp's names that no import shows: its private variables (`_KFP_RUNTIME`) and its module paths
+# written as strings (`"kfp.dsl.executor_main"`, what a command runs); compat.kfp holds them.
+_KFP_STRING = re.compile(r"_KFP_\w+|kfp(\.\w+)+")
+
+
 def _private_module(module: str) -> bool:
     parts = module.split(".")
     return module.startswith("tensorflow.python") or "src" in parts[1:] or any(_private(p) for p in parts)
@@ -273,6 +280,8 @@ def offences(root: Path) -> set:
                         isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super") and (
                         root_name is None or root_name not in sys.stdlib_module_names):
                     found.add(f"{rel}: uses {ast.unparse(node)} (not a gpupipe name)")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _KFP_STRING.fullmatch(node.value):
+                found.add(f"{rel}: names kfp's {node.value} (components.contracts.compat.kfp holds it)")
             elif isinstance(node, ast.ClassDef):
                 bases = [_resolve(libraries[name], chain) for name, chain in map(_dotted, node.bases)
                          if name in libraries]
@@ -309,13 +318,18 @@ def test_the_check_finds_each_kind_of_private_use(tmp_path):
         "    def _own_helper(self):\n"
         "        return self._own\n"
         "    def __getattribute__(self, name):\n"
-        "        return object.__getattribute__(self, name)\n", encoding="utf-8")
+        "        return object.__getattribute__(self, name)\n"
+        "EXECUTOR_ENV = {'_KFP_RUNTIME': 'true'}\n"
+        "PRELOAD = ('kfp.dsl.executor_main', 'components.train.logic')\n"
+        "HELP = 'runs python -m kfp.dsl.executor_main, as every task does'\n", encoding="utf-8")
     b = "pipelines/bad.py: "
     assert offences(tmp_path) == {
         b + "imports unittest", b + "imports tf_keras.src.optimizers.legacy.optimizer_v2._var_key",
         b + "imports tensorflow.python.autograph.core.config", b + "assigns tf.foo", b + "uses tf.__internal__",
         b + "uses optimizer._create_all_weights (not a gpupipe name)", b + "Adam overrides _resource_apply_dense",
-        b + "Adam overrides __getattribute__"}
+        b + "Adam overrides __getattribute__",
+        b + "names kfp's _KFP_RUNTIME (components.contracts.compat.kfp holds it)",
+        b + "names kfp's kfp.dsl.executor_main (components.contracts.compat.kfp holds it)"}
 
 
 def test_kfp_local_still_announces_each_task_in_the_lines_the_summary_reads(tmp_path, capfd):

@@ -113,7 +113,9 @@ def test_quantities_the_check_accepts_compile_and_keep_their_value():
     from pipelines.cli import compile_to_text
     from pipelines.pods import step_resources
 
-    steps = ["fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"]
+    from pipelines.steps import names
+
+    steps = names()
     slots = [(step, field) for step in steps for field in ("cpu", "cpu_limit", "memory", "memory_limit")]
     cases = [(v, CPU_OK[v]) for v in CPU_OK] + [(v, MEMORY_OK[v]) for v in MEMORY_OK]
     raw, expected = penguins(), {}
@@ -244,7 +246,8 @@ def test_each_training_pod_setting_has_one_key_and_the_other_place_names_it(key,
 
 
 def test_a_limit_below_its_request_is_refused_and_a_raised_request_lifts_the_default_limit():
-    from pipelines.pods import STEP_DEFAULTS, training_shape
+    from pipelines import steps
+    from pipelines.pods import training_shape
 
     raw = penguins()
     raw["cluster"]["resources"] = {"train": {"cpu": "8", "cpu_limit": "2"}}
@@ -255,7 +258,8 @@ def test_a_limit_below_its_request_is_refused_and_a_raised_request_lifts_the_def
                               "follows cpu)")
     raw["cluster"]["resources"] = {"train": {"cpu": "8", "memory": "32Gi"}}
     shape = training_shape(parse_config(raw))
-    assert STEP_DEFAULTS["train"].cpu_limit == "4" and STEP_DEFAULTS["train"].memory_limit == "8Gi"
+    defaults = steps.get("train").resources
+    assert defaults.cpu_limit == "4" and defaults.memory_limit == "8Gi"
     assert (shape.cpu_request, shape.cpu_limit, shape.memory_request, shape.memory_limit) == ("8", "8", "32Gi", "32Gi")
     raw["cluster"]["resources"] = {"train": {"cpu": "1"}}  # below the default limit: the limit stays
     assert training_shape(parse_config(raw)).cpu_limit == "4"

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipelines import steps
+
 # One worker runs this file: its tests share the module's first run (./dev test: --dist loadgroup).
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-first-run")]
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +51,7 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run, s3_bucket):
 
     tmp_path, summary, _ = first_run
     serving = tmp_path / "serving"
-    for step in ("fingerprint", "ingest", "validate", "train", "evaluate", "push", "report"):
+    for step in steps.names():
         assert f"  {step:<11} SUCCESS" in summary
     assert f"pushed version 1: s3://{s3_bucket}/serving/penguins/1" in summary
     (entry,) = models_config.parse((serving / "models.config").read_text()).model_config_list.config
@@ -132,7 +134,7 @@ def test_live_progress_shows_on_a_non_tty(first_run):
     """stderr is a pipe here: plain progress lines, the first and the last epoch at least."""
     _, _, console = first_run
     lines = console.splitlines()
-    assert lines[0] == "gpupipe run penguins: running 7 steps locally (kfp.local)"
+    assert lines[0] == f"gpupipe run penguins: running {len(steps.names())} steps locally (kfp.local)"
     progress = [line for line in lines if line.startswith("  train       epoch ")]
     assert progress[0].startswith("  train       epoch 1/40 step 9/360 loss ")
     assert progress[-1].startswith("  train       epoch 40/40 step 360/360 loss ") and progress[-1].endswith(" eta 0s")

@@ -83,9 +83,9 @@ def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_r
     answers 503 twice gets the message on the third attempt, 1 s then 2 s after the first."""
     from kfp import dsl
 
-    from components.notify.component import make_notify_op
     from components.store import served
     from components.store.base import ServingStore
+    from pipelines import steps
     from tests.fixtures.webhook import webhook_receiver
 
     tmp_path, summaries, _ = three_runs
@@ -96,7 +96,7 @@ def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_r
     (pushed_run,) = [run_id for run_id, outcome in recorded.items() if outcome["pushed"]]
     assert recorded[pushed_run]["version"] == 1 and run_dir.is_dir()
 
-    notify_fn = make_notify_op("unused").python_func
+    notify_fn = steps.EXIT_HANDLER.function()  # the exit task's function, as the factory compiles it
     waits = backoff(monkeypatch)
     with webhook_receiver(fail_first=2) as (url, messages), pytest.MonkeyPatch.context() as env:
         env.setenv("GPUPIPE_WEBHOOK_URL", url)  # as the Secret gives it to the exit task

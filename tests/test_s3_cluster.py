@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from components.contracts.storage import s3
+from pipelines import steps
 from pipelines.cli import compile_to_text, compiled_path, main
 from pipelines.config import load_config, parse_config
 from tests.fixtures.k8s_schema import assert_valid
@@ -29,7 +30,7 @@ def test_every_executor_gets_the_storage_environment_and_the_keys_from_the_secre
     docs = committed(config)
     executors = docs[0]["deploymentSpec"]["executors"]
     platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert len(executors) == 7
+    assert len(executors) == len(steps.names())
     for name, executor in executors.items():
         env = {e["name"]: e.get("value") for e in executor["container"]["env"]}
         assert {k: env.get(k) for k in (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.ADDRESSING_ENV, s3.CONDITIONAL_ENV)} == {

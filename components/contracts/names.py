@@ -1,16 +1,6 @@
-"""Names shared between the steps, the pipeline factory and the CLI summary: task names,
-split folders, the files inside each artifact, SavedModel signatures and outputs."""
-
-# Task names in the pipeline (also the kfp.local task directory names).
-FINGERPRINT = "fingerprint"
-INGEST = "ingest"
-VALIDATE = "validate"
-TRAIN = "train"
-EVALUATE = "evaluate"
-PUSH = "push"
-REPORT = "report"
-STEPS = (FINGERPRINT, INGEST, VALIDATE, TRAIN, EVALUATE, PUSH, REPORT)
-NOTIFY = "notify"  # the exit handler on the cluster (with notify.webhook_secret), not one of the steps
+"""Names shared between the steps, the pipeline factory and the CLI summary: split folders,
+the files inside each artifact, SavedModel signatures and outputs. (The steps' own names
+are the step registry's, pipelines/steps.py.)"""
 
 # Split folders written by ingest.
 TRAIN_SPLIT = "train"

@@ -1,5 +1,4 @@
 """KFP wrapper for evaluate: maps typed artifacts to `components.evaluate.logic.run_evaluate`."""
-from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
 
@@ -28,7 +27,3 @@ def evaluate(model: Input[Model], examples: Input[Dataset], settings: str, thres
     blessing.metadata.update({"blessed": verdict.blessed, "reasons": verdict.reasons,
                               "baseline_version": verdict.baseline_version,
                               "served_version_at_fingerprint": served_version})
-
-
-def make_evaluate_op(image: str):
-    return dsl.component(evaluate, base_image=image, install_kfp_package=False)

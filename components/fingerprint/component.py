@@ -1,8 +1,6 @@
 """KFP wrapper for the fingerprint step (never cached): see components/fingerprint/logic.py."""
 from typing import NamedTuple
 
-from kfp import dsl
-
 
 def fingerprint(source: str, data_format: str, serving_base: str,
                 model_name: str) -> NamedTuple("Fingerprint", [("data", str), ("served", str)]):
@@ -14,7 +12,3 @@ def fingerprint(source: str, data_format: str, serving_base: str,
 
     result = fingerprint_inputs(source, data_format, serving_base, model_name)
     return namedtuple("Fingerprint", ["data", "served"])(result["data"], result["served"])
-
-
-def make_fingerprint_op(image: str):
-    return dsl.component(fingerprint, base_image=image, install_kfp_package=False)

@@ -1,5 +1,4 @@
 """KFP wrapper for ingest: maps typed artifacts to `components.ingest.logic.run_ingest`."""
-from kfp import dsl
 from kfp.dsl import Dataset, Output
 
 
@@ -19,7 +18,3 @@ def ingest(source: str, settings: str, numeric_label: bool, source_fingerprint: 
                           source_fingerprint=source_fingerprint)
     examples.metadata.update({"rows": manifest["rows"], "source": manifest["source"],
                               "source_fingerprint": manifest["source_fingerprint"]})
-
-
-def make_ingest_op(image: str):
-    return dsl.component(ingest, base_image=image, install_kfp_package=False)

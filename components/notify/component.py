@@ -14,7 +14,3 @@ def notify(status: dsl.PipelineTaskFinalStatus, settings: str, pipeline: str, ru
     run_notify(settings=NotifySettings.model_validate_json(settings), state=status.state,
                error=status.error_message or "", pipeline=pipeline, run_id=run_id, serving_base=serving_base,
                model_name=model_name)
-
-
-def make_notify_op(image: str):
-    return dsl.component(notify, base_image=image, install_kfp_package=False)

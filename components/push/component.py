@@ -1,5 +1,4 @@
 """KFP wrapper for push: maps typed artifacts to `components.push.logic.run_push`."""
-from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
@@ -33,7 +32,3 @@ def push(model: Input[Model], blessing: Input[Artifact], examples: Input[Dataset
     with open(summary.path, "w", encoding="utf-8") as f:
         f.write(result.markdown())
     return result.path or ""
-
-
-def make_push_op(image: str):
-    return dsl.component(push, base_image=image, install_kfp_package=False)

@@ -1,5 +1,4 @@
 """KFP wrapper for report: maps typed artifacts to `components.report.logic.run_report`."""
-from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Metrics, Output
 
 
@@ -15,7 +14,3 @@ def report(train_report: Input[Metrics], blessing: Input[Artifact], anomalies: I
                        train_report_dir=train_report.path, blessing_dir=blessing.path,
                        anomalies_dir=anomalies.path, pushed_dir=pushed.path)
     page.metadata["plots"] = drawn
-
-
-def make_report_op(image: str):
-    return dsl.component(report, base_image=image, install_kfp_package=False)

@@ -1,5 +1,4 @@
 """KFP wrapper for train: maps typed artifacts to `components.train.logic.run_train_task`."""
-from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
@@ -28,7 +27,3 @@ def train(examples: Input[Dataset], columns: str, settings: str, launch: str,
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             report.log_metric(key, value)
     model.metadata.update({"strategy": result["strategy"], "framework": "tensorflow"})
-
-
-def make_train_op(image: str):
-    return dsl.component(train, base_image=image, install_kfp_package=False)

@@ -1,5 +1,4 @@
 """KFP wrapper for validate: maps typed artifacts to `components.validate.logic.run_validate`."""
-from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Output
 
 
@@ -22,7 +21,3 @@ def validate(examples: Input[Dataset], columns: str, settings: str, serving_base
     anomalies.metadata.update({k: result[k] for k in ("anomalies", "drift", "baseline")})
     anomalies.metadata["served_version_at_fingerprint"] = served_version
     statistics.metadata.update({"examples": result["examples"]})
-
-
-def make_validate_op(image: str):
-    return dsl.component(validate, base_image=image, install_kfp_package=False)

@@ -9,11 +9,12 @@ import time
 from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
+from pipelines import steps
 from pipelines.config import PipelineConfig
 from pipelines.remote.versions import upload_version, version_name
 
 DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
-PUSH_TASK = "Push to serving"  # the push task's display name (pipelines/factory.py)
+PUSH_TASK = steps.get(steps.PUSH).display_name  # the push task's name in the run's details
 
 
 def submit(client, config: PipelineConfig, package_text: str, sha: str, experiment: str,

@@ -10,7 +10,9 @@ appears outside this package.
 - `compat.kfp` (importable from here): `kfp_setters_without_source` (kfp's resource setters
   name their caller through `inspect.stack()`, seconds per compile in a process that imported
   TensorFlow), `kfp_local_task_handler` / `kfp_local_subprocess_handler` (kfp.local's
-  SubprocessRunner's task handler, looked up when each task starts);
+  SubprocessRunner's task handler, looked up when each task starts); and kfp's executor
+  command (`EXECUTOR_MODULE`, `EXECUTOR_ENV` with its private `_KFP_RUNTIME`, the flags,
+  `executor_argument`), which the warm task start and the local task cache read;
 - `compat.tensorflow`: `graph_code_without_autograph` (autograph's conversion rules);
 - `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,

@@ -3,7 +3,24 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
+
+# The command every compiled task runs (kfp 2.13 kfp/dsl/component_factory.py,
+# _get_command_and_args_for_lightweight_component): `_KFP_RUNTIME=true python3 -m
+# kfp.dsl.executor_main --component_module_path ... --executor_input ... --function_to_execute
+# NAME`. With _KFP_RUNTIME set, kfp/__init__.py and kfp/dsl/__init__.py skip their compile-time
+# imports (the KFP and Kubernetes clients, about 1 s). Strings, so that importing this module
+# loads no kfp.
+EXECUTOR_MODULE = "kfp.dsl.executor_main"
+EXECUTOR_ENV: Dict[str, str] = {"_KFP_RUNTIME": "true"}
+FUNCTION_FLAG = "--function_to_execute"  # the component's function: the step's name
+INPUT_FLAG = "--executor_input"  # the task's inputs and outputs (JSON)
+
+
+def executor_argument(command: Sequence[str], flag: str) -> str:
+    """The value after `flag` in an executor command line ("" when it has none)."""
+    command = list(command)
+    return command[command.index(flag) + 1] if flag in command[:-1] else ""
 
 
 class _CallerNamesWithoutSource:
