@@ -232,7 +232,7 @@ def _steps(config: PipelineConfig, local: bool, data_source, epochs, eval_thresh
     # which stops the run on bad data, but takes nothing from it.
     train_task = train_op(
         examples=ingest_task.outputs["examples"], columns=columns, settings=training.model_dump_json(),
-        launch=launch, epochs=epochs, learning_rate=learning_rate).after(validate_task)
+        launch=launch, export=serving.export, epochs=epochs, learning_rate=learning_rate).after(validate_task)
     train_task.set_display_name("Train model").set_caching_options(True)
     train_task.set_retry(num_retries=training.pods.retries, backoff_duration=training.pods.retry_backoff,
                          backoff_factor=2.0)

@@ -138,6 +138,11 @@ class ServingSettings(Strict):
     service_account: Optional[str] = Field(
         None, description="service account the KServe predictor reads the serving base with")
 
+    export: Literal["float32", "float16", "int8"] = Field(
+        "float32", description="the model's form beside the float32 SavedModel (which TF Serving loads): float16 or "
+                               "int8 add a post-training quantized TFLite model, model.tflite, to each version "
+                               "(int8: dynamic-range, int8 weights); evaluate scores it and the release gate "
+                               "refuses it beyond evaluation.max_compression_drop")
     resources: ServerResources = Field(default_factory=ServerResources)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     batching: Batching = Field(default_factory=Batching)
