@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Optional
+from typing import Callable, Optional
 
 from components.contracts.blessing import Blessing
 from components.contracts.compressed import TFLITE_FILE, load_compression, raw_features, tflite_runner
@@ -19,15 +19,12 @@ MB = 2 ** 20
 SHOWN = ("accuracy", "auc", "log_loss", "rmse", "mae")  # beside the primary metric in the forms table
 
 
-def score_tflite(model_dir: str, examples_dir: str):
-    """The TFLite model's Evaluation on the eval split (the rows, labels and metrics of the
-    SavedModel's: logic.predict with the interpreter answering)."""
-    from components.evaluate.logic import evaluate_predictions, predict
-
+def tflite_serve(model_dir: str) -> Callable:
+    """The model's TFLite form as a function from a batch of serialized examples to its outputs
+    (what logic.predict calls in place of the SavedModel's serving_examples)."""
     specs = load_feature_specs(model_dir)
     run = tflite_runner(os.path.join(model_dir, TFLITE_FILE))
-    return evaluate_predictions(predict(model_dir, examples_dir, [], serve=lambda batch: run(raw_features(batch,
-                                                                                                          specs))))
+    return lambda batch: run(raw_features(batch, specs))
 
 
 def drop(metric: str, full: float, small: float) -> float:
@@ -45,15 +42,16 @@ def forms(record: dict, full: dict, small: dict, metric: str) -> list:
             {"form": f"TFLite ({record['export']})", "bytes": record["tflite_bytes"], "metrics": shown(small)}]
 
 
-def check_compressed(model_dir: str, examples_dir: str, evaluation, blessing: Blessing,
-                     settings: EvaluationSettings) -> Blessing:
+def check_compressed(model_dir: str, evaluation, blessing: Blessing, settings: EvaluationSettings,
+                     score: Callable[[Callable], dict]) -> Blessing:
     """The blessing with the compressed model's line (unchanged without one): `evaluation.compressed`
-    set to its record, both forms and the drop."""
+    set to its record, both forms and the drop. `score(serve)`: the metrics on the eval split of
+    the model answering through `serve` (logic's scoring, the SavedModel's rows and labels)."""
     record = load_compression(model_dir)
     if record is None:
         return blessing
     metric, limit = settings.metric, settings.max_compression_drop
-    small = score_tflite(model_dir, examples_dir).metrics
+    small = score(tflite_serve(model_dir))
     full = evaluation.metrics
     lost = drop(metric, full[metric], small[metric])
     evaluation.compressed = {**record, "forms": forms(record, full, small, metric), "metric": metric, "drop": lost,

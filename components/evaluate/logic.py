@@ -20,6 +20,7 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.contracts.features import load_feature_specs
 from components.contracts.settings import safe_name
+from components.evaluate.compressed import check_compressed, render_forms
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         pr_curve, regression_metrics, roc_curve)
 from components.evaluate.settings import EvaluationSettings
@@ -346,9 +347,8 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
                            baseline_version, trivial if settings.must_beat_trivial else None,
                            linear if settings.must_beat_baseline is not False else None)
-    from components.evaluate.compressed import check_compressed, render_forms
-
-    blessing = check_compressed(model_dir, examples_dir, evaluation, blessing, settings)
+    blessing = check_compressed(model_dir, evaluation, blessing, settings, score=lambda serve: evaluate_predictions(
+        predict(model_dir, examples_dir, [], serve)).metrics)
     write_blessing(blessing, blessing_dir)
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)
