@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipelines.cli import main
 from tests.fixtures.cluster_api import (JOBSET_CRD, KSERVE_CRD, KUEUE_CRDS, TFJOB_CRD, cluster_api, cluster_queue,
-                                        crd, local_queue, secret, write_kubeconfig)
+                                        crd, local_queue, node, secret, write_kubeconfig)
 from tests.fixtures.gcs import free_port
 from tests.fixtures.kfp_api import KfpApiFixture
 
@@ -22,6 +22,7 @@ NS = "team-a"
 RUNNER = f"system:serviceaccount:{NS}:default-editor"  # the pipeline's ServiceAccount in a Kubeflow profile
 SECRETS = ("gpupipe-gcs-key", "gpupipe-registry", "gpupipe-minio", "gpupipe-webhook")
 VERBS = ("create", "get", "delete")
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 @pytest.fixture
@@ -46,6 +47,11 @@ def complete(state, token: str = "runner-token", user: str = RUNNER) -> None:
     state.grant(user, NS, "jobset.x-k8s.io", "jobsets", *VERBS)
     state.grant(user, NS, "", "secrets", "get")
     state.grant(user, "", "apiextensions.k8s.io", "customresourcedefinitions", "get")
+    # the T4 pool configs/ctr.yaml trains on, tainted as GKE taints GPU nodes, and a CPU node
+    state.nodes += [node(f"gke-t4-{i}", {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
+                         {"nvidia.com/gpu": "4"}, [GPU_TAINT]) for i in range(2)]
+    state.nodes.append(node("gke-cpu-0"))
+    state.grant(user, "", "", "nodes", "list")
 
 
 @pytest.fixture
@@ -81,7 +87,8 @@ def test_a_complete_cluster_passes_every_check(capsys, config, kfp, cluster):
     assert code == 0, lines
     assert err == ""
     assert [line.split(" ")[1] for line in lines] == [
-        "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Secret", "image", "Secret", "Secret", "RBAC"]
+        "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Secret", "image", "Secret", "Secret",
+        "training.pods:", "RBAC"]
     assert f"backend 2.5.0" in lines[0]
     assert f"as {RUNNER}; the run's namespace {NS}" in lines[1]  # the context's namespace
     assert "workloads.kueue.x-k8s.io, localqueues.kueue.x-k8s.io, clusterqueues.kueue.x-k8s.io" in lines[3]
@@ -89,6 +96,8 @@ def test_a_complete_cluster_passes_every_check(capsys, config, kfp, cluster):
     assert lines[7] == f"ok: image pull Secret gpupipe-registry (cluster.image_pull_secrets) in {NS}"
     assert lines[-1] == (f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete "
                          f"jobsets.jobset.x-k8s.io in {NS}")
+    assert lines[-2] == ("ok: training.pods: 2 nvidia.com/gpu per pod: 2 node(s) labelled "
+                         "cloud.google.com/gke-accelerator=nvidia-tesla-t4 advertise nvidia.com/gpu (allocatable up to 4)")
     # Secrets asked for as metadata only: no answer carried their data
     secret_requests = [r for r in state.requests if "/secrets/" in r[1]]
     assert len(secret_requests) == 4 and all("as=PartialObjectMetadata" in r[2] for r in secret_requests)
@@ -400,7 +409,8 @@ def test_training_in_the_task_pod_needs_no_launcher(capsys, kfp, cluster, tmp_pa
     state.crds.clear()
     code, lines, _ = doctor(capsys, _penguins(tmp_path, **training), kfp.url, kubeconfig, "--serving", "none")
     assert code == 0, lines
-    assert [line.split(" ")[1] for line in lines] == ["KFP", "Kubernetes", "Secret", "image"]
+    gpus = ["training.pods:"] if "launcher" in training else []  # the pod's GPU is still looked for on the nodes
+    assert [line.split(" ")[1] for line in lines] == ["KFP", "Kubernetes", "Secret", "image", *gpus]
     assert not [r for r in state.requests if "customresourcedefinitions" in r[1] or "accessreviews" in r[1]]
 
 
@@ -467,3 +477,88 @@ def test_trials_in_the_task_pod_need_no_tuning_priority_class(capsys, kfp, clust
     path.write_text(yaml.safe_dump(data))
     code, lines, _ = doctor(capsys, str(path), kfp.url, kubeconfig)
     assert not [line for line in lines if "WorkloadPriorityClass" in line or "priority_class" in line], lines
+
+
+# -- the accelerators the GPU pods ask for (issue #40) -------------------------------------------
+def gpu_serving_config(config: str, tmp_path, **resources) -> str:
+    """The ctr config serving on one L4 GPU per pod (tolerating GKE's GPU taint)."""
+    data = yaml.safe_load(Path(config).read_text())
+    data["serving"]["resources"] = {"gpus": 1, "accelerator": "nvidia.com/gpu",
+                                    "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+                                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], **resources}
+    path = tmp_path / "ctr-gpu-serving.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def l4_nodes(state, gpus: str = "1", taints=None):
+    state.nodes += [node("gke-l4-0", {"cloud.google.com/gke-accelerator": "nvidia-l4"}, {"nvidia.com/gpu": gpus},
+                         [GPU_TAINT] if taints is None else taints)]
+
+
+def accelerator_lines(lines):
+    return [line for line in lines if "per pod:" in line]
+
+
+def test_gpu_serving_finds_its_labelled_nodes_with_the_gpu(capsys, config, kfp, cluster, tmp_path):
+    url, state, kubeconfig = cluster
+    l4_nodes(state)
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig)
+    assert code == 0, lines
+    assert accelerator_lines(lines)[-1] == (
+        "ok: serving.resources: 1 nvidia.com/gpu per pod: 1 node(s) labelled cloud.google.com/gke-accelerator="
+        "nvidia-l4 advertise nvidia.com/gpu (allocatable up to 1)")
+    assert ("GET", "/api/v1/nodes?labelSelector=cloud.google.com%2Fgke-accelerator%3Dnvidia-l4", "application/json") \
+        in state.requests
+    # serving with nothing (--serving none): the serving pods are not looked for
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig, "--serving", "none")
+    assert [line for line in lines if "serving.resources" in line] == []
+
+
+def test_no_node_with_the_label_is_one_error(capsys, config, kfp, cluster, tmp_path):
+    url, state, kubeconfig = cluster
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig)
+    assert code == 1
+    assert errors(lines) == [
+        "error: serving.resources: 1 nvidia.com/gpu per pod: no node labelled cloud.google.com/gke-accelerator="
+        "nvidia-l4: label the GPU pool's nodes (kubectl label nodes NODE cloud.google.com/gke-accelerator=nvidia-l4) "
+        "or fix serving.resources.node_selector"]
+
+
+def test_labelled_nodes_without_the_device_plugin_are_one_error(capsys, config, kfp, cluster, tmp_path):
+    url, state, kubeconfig = cluster
+    state.nodes.append(node("gke-l4-0", {"cloud.google.com/gke-accelerator": "nvidia-l4"}))  # no nvidia.com/gpu
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig)
+    (line,) = errors(lines)
+    assert line.startswith("error: serving.resources: 1 nvidia.com/gpu per pod: the 1 node(s) labelled "
+                           "cloud.google.com/gke-accelerator=nvidia-l4 advertise at most 0 nvidia.com/gpu "
+                           "(status.allocatable): install the GPU device plugin")
+    assert "custom-columns=NAME:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu" in line
+
+
+def test_a_taint_the_pods_do_not_tolerate_is_one_error_and_the_gpus_own_a_warning(capsys, config, kfp, cluster,
+                                                                                  tmp_path):
+    url, state, kubeconfig = cluster
+    l4_nodes(state, taints=[GPU_TAINT, {"key": "pool", "value": "inference", "effect": "NoExecute"}])
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig)
+    assert errors(lines) == [
+        "error: serving.resources: 1 nvidia.com/gpu per pod: every node labelled cloud.google.com/gke-accelerator="
+        "nvidia-l4 with nvidia.com/gpu has a taint the pods do not tolerate (pool=inference:NoExecute): add them to "
+        "serving.resources.tolerations (key, operator, value, effect)"]
+    # tolerating the pool's taint but not the GPU's: GKE's admission plugin adds that one, elsewhere it is missing
+    fixed = gpu_serving_config(config, tmp_path, tolerations=[
+        {"key": "pool", "operator": "Equal", "value": "inference", "effect": "NoExecute"}])
+    code, lines, _ = doctor(capsys, fixed, kfp.url, kubeconfig)
+    assert code == 0
+    (warning,) = [line for line in lines if line.startswith("warning: serving.resources")]
+    assert "tainted nvidia.com/gpu=present:NoSchedule" in warning and "ExtendedResourceToleration" in warning
+
+
+def test_nodes_it_may_not_list_are_a_warning_not_a_failure(capsys, config, kfp, cluster, tmp_path):
+    url, state, kubeconfig = cluster
+    state.revoke(RUNNER, "", "", "nodes", "list")
+    code, lines, _ = doctor(capsys, gpu_serving_config(config, tmp_path), kfp.url, kubeconfig)
+    assert code == 0
+    warnings = [line for line in lines if line.startswith("warning: ") and "per pod" in line]
+    assert len(warnings) == 2 and all("403" in w and "ask for list on nodes" in w and w.endswith("(not checked)")
+                                      for w in warnings)

@@ -51,6 +51,22 @@ def test_the_tf_serving_objects_validate(penguins_config):
         assert_valid(obj)
 
 
+def test_the_gpu_serving_objects_validate(penguins_config):
+    """serving.resources.gpus 1: the GPU request, node selector and tolerations in each object."""
+    from tests.fixtures.configs import with_gpu_serving
+
+    config = with_gpu_serving(penguins_config)
+    docs = [*tf_serving_manifests(config, "gs://bucket/serving"),
+            *(kserve_inference_service(config, "gs://bucket/serving", 3, mode=mode)
+              for mode in ("Serverless", "RawDeployment"))]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service", "InferenceService", "InferenceService"]
+    for obj in docs:
+        assert_valid(obj)
+    broken = copy.deepcopy(docs[-1])
+    broken["spec"]["predictor"]["tolerations"][0]["effect"] = 7
+    assert validation_errors(broken)
+
+
 def test_validation_fails_on_a_misspelt_field_a_wrong_type_and_a_missing_key(ctr_config):
     job = launched(ctr_config, "jobset")
     pod = job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

@@ -22,7 +22,7 @@ from components.train.launch import Launch, job_manifest
 from pipelines.config import load_config
 from pipelines.factory import launch_json
 from pipelines.manifests import kserve_inference_service, tf_serving_manifests
-from tests.fixtures.configs import with_pods
+from tests.fixtures.configs import with_gpu_serving, with_pods
 
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,12 +188,18 @@ def every_pod_template(penguins_config, ctr_config) -> dict:
                                ("penguins-minio", minio, "s3://models/serving")):
         for mode in ("Serverless", "RawDeployment"):
             pods[f"{name} kserve {mode}"] = predictor_pod(kserve_inference_service(config, base, 3, mode=mode))
+    gpu = with_gpu_serving(penguins_config)  # serving.resources.gpus 1: the same profile on the GPU pool
+    pods["penguins-gpu tfserving"] = next(d for d in tf_serving_manifests(gpu, "gs://b/serving")
+                                          if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    for mode in ("Serverless", "RawDeployment"):
+        pods[f"penguins-gpu kserve {mode}"] = predictor_pod(kserve_inference_service(gpu, "gs://b/serving", 3,
+                                                                                     mode=mode))
     return pods
 
 
 def test_every_pod_template_passes_the_restricted_profile(penguins_config, ctr_config):
     pods = every_pod_template(penguins_config, ctr_config)
-    assert len(pods) == 14
+    assert len(pods) == 17
     for name, pod in pods.items():
         assert restricted_problems(pod) == [], name
         for c in pod["containers"]:

@@ -20,6 +20,7 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import split_files
 from components.kinds import load_feature_specs
 from components.contracts.settings import safe_name
+from components.evaluate.compressed import check_compressed, render_forms
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         pr_curve, regression_metrics, roc_curve)
 from components.evaluate.settings import EvaluationSettings
@@ -49,6 +50,7 @@ class Evaluation:
     linear: Optional[Dict[str, float]] = None  # the linear baseline's metrics on the same eval split
     linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
     misclassified: List[dict] = field(default_factory=list)  # image models: the mistakes' files (misclassified.py)
+    compressed: Optional[dict] = None  # serving.export float16/int8: both forms' sizes and metrics (compressed.py)
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -56,12 +58,15 @@ class Evaluation:
                 for c in self.classes}
 
 
-def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions:
-    """Runs the model's `serving_examples` signature over the eval split."""
+def predict(model_dir: str, examples_dir: str, slices: List[str], serve=None) -> Predictions:
+    """Runs the model's `serving_examples` signature over the eval split (`serve`: another
+    function from a batch of serialized examples to the outputs, e.g. the TFLite model's)."""
     import tensorflow as tf
 
     specs = load_feature_specs(model_dir)
-    serve = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
+    if serve is None:
+        signature = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
+        serve = lambda batch: signature(examples=batch)  # noqa: E731
     files = split_files(examples_dir, names.EVAL_SPLIT)
     regression = specs.task == "regression"
     spec = {specs.label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
@@ -71,7 +76,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str]) -> Predictions
     probs, labels, sliced = [], [], {s: [] for s in slices}
     output = names.PREDICTIONS if regression else names.PROBABILITIES
     for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(SCORE_BATCH):
-        probs.append(serve(examples=batch)[output].numpy())
+        probs.append(np.asarray(serve(batch)[output]))
         parsed = tf.io.parse_example(batch, spec)
         raw = parsed[specs.label].numpy()
         labels.append(raw if regression else np.array([index.get(v.decode("utf-8"), -1) for v in raw]))
@@ -343,6 +348,8 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     blessing = bless_model(evaluation, settings.metric, settings.threshold, settings.rules(), baseline,
                            baseline_version, trivial if settings.must_beat_trivial else None,
                            linear if settings.must_beat_baseline is not False else None)
+    blessing = check_compressed(model_dir, evaluation, blessing, settings, score=lambda serve: evaluate_predictions(
+        predict(model_dir, examples_dir, [], serve)).metrics)
     write_blessing(blessing, blessing_dir)
     if predictions.task != "regression":
         from components.evaluate.misclassified import write_misclassified
@@ -353,7 +360,7 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
         json.dump(asdict(evaluation), f, indent=2)
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)
     with open(report_md, "w", encoding="utf-8") as f:
-        f.write(render_report(evaluation, blessing, baseline))
+        f.write(render_report(evaluation, blessing, baseline) + render_forms(evaluation.compressed))
     if settings.fail_if_not_blessed and not blessing.blessed:
         raise GpupipeError(f"model not blessed: {'; '.join(blessing.reasons)} (evaluation.fail_if_not_blessed is "
                            "true; set it to false to end the run green without a push)")

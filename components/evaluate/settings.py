@@ -59,6 +59,10 @@ class EvaluationSettings(Strict):
         None, description="primary metric vs the model now served; skipped when nothing is served yet")
     thresholds: Dict[str, MetricThreshold] = Field(default_factory=dict, description="more metrics to gate on")
     slices: List[str] = Field(default_factory=list, description="categorical features to slice metrics by")
+    max_compression_drop: float = Field(
+        0.01, ge=0, description="the compressed model (serving.export float16 or int8) may score at most this much "
+                                "worse than the SavedModel on the primary metric, on the same eval split, in the "
+                                "metric's units (0: not worse at all); beyond it the release is refused")
     fail_if_not_blessed: bool = Field(False, description="fail the run (not only skip the push) when not blessed")
 
     @model_validator(mode="after")

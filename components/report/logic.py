@@ -209,6 +209,19 @@ def _metrics_table(record: RunRecord) -> str:
     return _table(["metric", "value"], [[k, _num(v) if isinstance(v, float) else str(v)] for k, v in metrics.items()])
 
 
+def _forms(record: RunRecord) -> str:
+    """serving.export float16/int8: each form's size on disk and metrics on the eval split."""
+    compressed = (record.evaluation or {}).get("compressed")
+    if not compressed:
+        return ""
+    keys = list(compressed["forms"][0]["metrics"])
+    rows = [[f["form"], _num(f["bytes"] / 2 ** 20, "{:.2f}"), *(_num(f["metrics"].get(k)) for k in keys)]
+            for f in compressed["forms"]]
+    return (f"<h3>Forms (serving.export {_e(compressed['export'])})</h3>" + _table(["form", "MB", *keys], rows)
+            + f"<p>{_e(compressed['metric'])} drop {_num(compressed['drop'], '{:.4g}')} (at most "
+              f"{_num(compressed['max_drop'], '{:g}')}: evaluation.max_compression_drop).</p>")
+
+
 def _slices(record: RunRecord) -> str:
     slices = (record.evaluation or {}).get("slices") or {}
     if not slices:
@@ -302,6 +315,7 @@ def render_page(record: RunRecord, title: str) -> str:
             "<h3>Throughput and cost</h3>", _throughput(record), _tuning(record),
             "<h2>Evaluation</h2>", plots("plot-confusion", "plot-roc", "plot-pr"), _metrics_table(record),
             _misclassified(record),
+            _forms(record),
             "<h2>Slices</h2>", _slices(record),
             "<h2>Data: drift against the served version</h2>", plots("plot-drift"), _drift(record)]
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"

@@ -2,7 +2,7 @@
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 
-def train(examples: Input[Dataset], columns: str, settings: str, launch: str,
+def train(examples: Input[Dataset], columns: str, settings: str, launch: str, export: str,
           epochs: int, learning_rate: float, model: Output[Model], tensorboard: Output[Artifact],
           report: Output[Metrics], summary: Output[Markdown]):
     """A tf_keras model (a registered family or a custom one) trained under a tf.distribute
@@ -12,7 +12,8 @@ def train(examples: Input[Dataset], columns: str, settings: str, launch: str,
     parameters) replace its own. Report: examples/s, step time p50/p95, input wait, GPU
     utilisation, GPU-hours and cost. The statistics are those ingest computed, inside the
     examples artifact: train's cache key is its data and settings, not validate's run (which
-    runs again after each push, against the new drift baseline)."""
+    runs again after each push, against the new drift baseline). `export` (serving.export):
+    float16 or int8 adds a quantized model.tflite beside the SavedModel."""
     from components.contracts.examples import ingest_statistics_dir
     from components.kinds import Columns
     from components.train.logic import run_train_task
@@ -22,7 +23,8 @@ def train(examples: Input[Dataset], columns: str, settings: str, launch: str,
         update={"epochs": epochs, "learning_rate": learning_rate})
     result = run_train_task(examples=(examples.path, examples.uri), statistics=(ingest_statistics_dir(examples.path), ingest_statistics_dir(examples.uri)),
                             model=(model.path, model.uri), log_dir=tensorboard.path, summary_md=summary.path,
-                            columns=Columns.from_json(columns), settings=train_settings, launch=launch)
+                            columns=Columns.from_json(columns), settings=train_settings, launch=launch,
+                            export=export)
     for key, value in result.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             report.log_metric(key, value)

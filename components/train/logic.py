@@ -319,14 +319,15 @@ def _sibling(location: str, name: str) -> str:
 
 @reports_errors("train")
 def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir: str, summary_md: str,
-                   columns: Columns, settings: TrainSettings, launch: str = "") -> dict:
+                   columns: Columns, settings: TrainSettings, launch: str = "", export: str = "float32") -> dict:
     """The train task. `examples`, `statistics`, `model` are (local path, URI) pairs of the
     KFP artifacts. Without `launch`: trains in this process. With `launch` (workers > 1, a
     components.train.launch.Launch as JSON): runs the same entry point as a multi-worker job
     on the artifact URIs and follows it. The BackupAndRestore directory sits beside the
     model's URI, where a retry of this task finds it. The Markdown report is copied to
     `summary_md`. Returns the training report (the chief's). With training.tune: the search
-    (components/train/tune.py), its best trial's model and report."""
+    (components/train/tune.py), its best trial's model and report. `export` (serving.export)
+    float16 or int8: a TFLite model beside the SavedModel (components/train/compress.py)."""
     if settings.tune:
         from components.train.tune import run_tuned_task
 
@@ -349,6 +350,10 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
                                  columns=columns, settings=settings)
         run_training_job(Launch.from_json(launch), command)
         report = json.loads(storage.read_text(storage.join(report_dir, names.TRAIN_REPORT_FILE)) or "{}")
+    from components.train.compress import compress_export
+
+    where = 1 if launch else 0  # a launched job's model is at the artifact's URI
+    compress_export(model[where], examples[where], export, settings.scratch_dir or "")
     if summary_md:
         storage.download_file(storage.join(report_dir, REPORT_MD), summary_md)
     return report

@@ -23,15 +23,19 @@ them, kubernetes/api and apiextensions-apiserver):
 - The launcher's verbs (components/train/launch.py LAUNCHER_VERBS) on its JobSets or TFJobs:
   `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` as the identity doctor runs as,
   and with `--service-account SA` a SubjectAccessReview for system:serviceaccount:<ns>:<SA>.
+- The accelerators the config's GPU pods ask for (training.pods, serving.resources):
+  `GET /api/v1/nodes?labelSelector=<node selector>`, each node's status.allocatable and
+  spec.taints against the pods' tolerations (pipelines/doctor/accelerators.py).
 """
 from __future__ import annotations
 
+from pipelines.doctor.accelerators import accelerator_lines
 from pipelines.doctor.checks import (DEFAULT_NAMESPACE, DOCS, JOBSET, KSERVE, KUEUE_CRDS, TFJOB, cluster_lines,
                                      crd_line, kfp_lines, launcher_kind, named_secrets, needed_crds, queue_lines,
                                      rbac_lines, secret_lines)
 from pipelines.doctor.cluster import METADATA_ONLY, Cluster, Unreachable
 from pipelines.doctor.line import Line
 
-__all__ = ["DEFAULT_NAMESPACE", "DOCS", "JOBSET", "KSERVE", "KUEUE_CRDS", "TFJOB", "cluster_lines", "crd_line",
+__all__ = ["accelerator_lines", "DEFAULT_NAMESPACE", "DOCS", "JOBSET", "KSERVE", "KUEUE_CRDS", "TFJOB", "cluster_lines", "crd_line",
            "kfp_lines", "launcher_kind", "named_secrets", "needed_crds", "queue_lines", "rbac_lines", "secret_lines",
            "METADATA_ONLY", "Cluster", "Unreachable", "Line"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
+from pipelines.doctor.accelerators import accelerator_lines
 from pipelines.doctor.cluster import Cluster, Unreachable, refused
 from pipelines.doctor.line import Line
 
@@ -325,6 +326,7 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
         lines += secret_lines(cluster, config, namespace)
         if job_ns != namespace:
             lines += secret_lines(cluster, config, job_ns, workers_only=True)
+        lines += accelerator_lines(cluster, config, serving)
         if launcher_kind(config):
             lines += rbac_lines(cluster, config, namespace, config_path, user, groups, service_account)
     except Unreachable as down:

@@ -10,7 +10,8 @@ from components.contracts.errors import GpupipeError
 from components.contracts.pods import restricted_container_security
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from pipelines.config import PipelineConfig
-from pipelines.manifests.common import object_metadata, s3_settings, served_base, server_resources
+from pipelines.manifests.common import (fixed_replicas, object_metadata, s3_settings, served_base, server_batching,
+                                       server_placement, server_resources)
 
 KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secret a ServiceAccount lists
 
@@ -37,11 +38,23 @@ def kserve_autoscaling_annotations(config: PipelineConfig, mode: str = SERVERLES
     """The InferenceService annotations that make serving.autoscaling.metric one the mode's
     autoscaler takes: Serverless with concurrency or rps, Knative's default (KPA); with cpu
     or memory, Knative's HPA class (Knative Serving's HPA extension, serving-hpa.yaml, must be
-    installed); RawDeployment with cpu or memory, KServe's HPA. Anything else is refused."""
+    installed); RawDeployment with cpu or memory, KServe's HPA. A GPU predictor scales only on
+    concurrency or rps under Serverless (no CPU target on a GPU pod), and under RawDeployment
+    runs a fixed count (KServe's autoscalerClass none: no HPA, the Deployment's replicas are
+    minReplicas; kserve v0.15.2 reconcilers/deployment/deployment_reconciler.go, hpa_reconciler.go
+    shouldDeleteHPA). Anything else is refused."""
     scaling = config.serving.autoscaling
     metric, target = scaling.metric, scaling.target
+    gpu = config.serving.resources.gpus
     if mode not in (SERVERLESS, RAW_DEPLOYMENT):
         raise GpupipeError(f"KServe deploymentMode {mode!r}: gpupipe writes {SERVERLESS} or {RAW_DEPLOYMENT}")
+    if gpu and mode == RAW_DEPLOYMENT:
+        fixed_replicas(config, "KServe's RawDeployment")
+        return {DEPLOYMENT_MODE: mode, KSERVE_AUTOSCALER_CLASS: "none"}
+    if gpu and metric in HPA_METRICS:
+        raise GpupipeError(f"serving.autoscaling.metric: {metric} on a GPU predictor (serving.resources.gpus 1), "
+                           "whose CPU and memory say little of its load; set serving.autoscaling.metric: concurrency "
+                           "(in-flight requests per pod) or rps")
     if metric in HPA_METRICS and not 1 <= target <= 100:
         raise GpupipeError(f"serving.autoscaling.target: {target} with metric {metric}, a utilisation percent KServe "
                            "takes from 1 to 100; set serving.autoscaling.target between 1 and 100")
@@ -57,16 +70,48 @@ def kserve_autoscaling_annotations(config: PipelineConfig, mode: str = SERVERLES
     return annotations
 
 
+# Knative takes a pod's nodeSelector and tolerations only with these features enabled in
+# knative-serving's config-features (knative/serving pkg/apis/serving/fieldmask.go PodSpecMask;
+# kserve v0.15.2 docs/samples/fluid/README.md enables both for KServe).
+KNATIVE_PLACEMENT_FLAGS = {"nodeSelector": "kubernetes.podspec-nodeselector",
+                           "tolerations": "kubernetes.podspec-tolerations"}
+
+
 def kserve_cluster_notes(config: PipelineConfig, mode: str = SERVERLESS) -> list:
-    """What the cluster needs for the autoscaling the InferenceService asks for, as lines for
-    the user: under Serverless, cpu or memory scale through Knative's HPA class, which only
-    Knative Serving's HPA extension (serving-hpa.yaml) reconciles."""
+    """What the cluster needs for the autoscaling and placement the InferenceService asks
+    for, as lines for the user: under Serverless, cpu or memory scale through Knative's HPA
+    class, which only Knative Serving's HPA extension (serving-hpa.yaml) reconciles, and a node
+    selector or tolerations need Knative's podspec feature flags."""
     metric = config.serving.autoscaling.metric
+    notes = []
     if mode == SERVERLESS and metric in HPA_METRICS:
-        return [f"note: serving.autoscaling.metric {metric} under Serverless scales with Knative's HPA class "
-                f"({KNATIVE_CLASS}: {KNATIVE_HPA}): the cluster needs Knative Serving's HPA extension "
-                "(serving-hpa.yaml); else set serving.autoscaling.metric: concurrency or rps, or pass --raw-deployment"]
-    return []
+        notes.append(f"note: serving.autoscaling.metric {metric} under Serverless scales with Knative's HPA class "
+                     f"({KNATIVE_CLASS}: {KNATIVE_HPA}): the cluster needs Knative Serving's HPA extension "
+                     "(serving-hpa.yaml); else set serving.autoscaling.metric: concurrency or rps, or pass "
+                     "--raw-deployment")
+    flags = [flag for field, flag in KNATIVE_PLACEMENT_FLAGS.items() if field in server_placement(config)]
+    if mode == SERVERLESS and flags:
+        patch = ", ".join(f'"{flag}": "enabled"' for flag in flags)
+        notes.append(f"note: Knative takes the predictor's serving.resources placement only with {' and '.join(flags)} "
+                     f"enabled: kubectl -n knative-serving patch configmap config-features -p '{{\"data\": "
+                     f"{{{patch}}}}}' (else the InferenceService is refused), or pass --raw-deployment")
+    return notes
+
+
+# KServe's TensorFlow runtime (kserve v0.15.2 config/runtimes/kserve-tensorflow-serving.yaml, the
+# ClusterServingRuntime kserve-tensorflow-serving: image tensorflow/serving) runs the image tag
+# the predictor's runtimeVersion names (pkg/controller/v1beta1/inferenceservice/utils/utils.go
+# UpdateImageTag replaces the tag with it); TF Serving's GPU builds are tagged <version>-gpu,
+# and KServe's TensorFlow predictor refuses a -gpu runtimeVersion without a GPU limit and a GPU
+# limit without one (pkg/apis/serving/v1beta1/predictor_tfserving.go validateGPU,
+# TensorflowServingGPUSuffix).
+TF_SERVING_GPU_SUFFIX = "-gpu"
+
+
+def kserve_runtime_version(config: PipelineConfig) -> str:
+    """The predictor's runtimeVersion: TF Serving's version, with -gpu on a GPU predictor."""
+    srv = config.serving
+    return srv.tf_serving_version + (TF_SERVING_GPU_SUFFIX if srv.resources.gpus else "")
 
 
 def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: Optional[int],
@@ -95,7 +140,7 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
                            "has no traffic split (canaryTrafficPercent is Knative's); gpupipe promote or abort it, or "
                            "serve Serverless (without --raw-deployment)")
     store = ServingStore(base, srv.model_name)
-    model = {"modelFormat": {"name": "tensorflow"}, "runtimeVersion": srv.tf_serving_version,
+    model = {"modelFormat": {"name": "tensorflow"}, "runtimeVersion": kserve_runtime_version(config),
              "storageUri": store.release_path(canary if canary is not None else stable),
              "resources": server_resources(config),
              # Knative takes these container fields without a feature flag, a pod-level
@@ -103,16 +148,19 @@ def kserve_inference_service(config: PipelineConfig, serving_base: str, stable: 
              # pkg/apis/serving/fieldmask.go: SecurityContextMask, PodSecurityContextMask).
              "securityContext": restricted_container_security(pod_level=False)}
     scaling = srv.autoscaling
-    predictor = {"minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas,
-                 "scaleMetric": scaling.metric, "scaleTarget": scaling.target, "model": model}
+    predictor = {"minReplicas": scaling.min_replicas, "maxReplicas": scaling.max_replicas, "model": model,
+                 **server_placement(config)}
+    if annotations.get(KSERVE_AUTOSCALER_CLASS) != "none":  # none: a fixed count, nothing to scale on
+        predictor.update(scaleMetric=scaling.metric, scaleTarget=scaling.target)
     if canary is not None:
         if not srv.canary_percent:
             raise GpupipeError(f"serving.canary_percent: 0, yet version {canary} of {srv.model_name} is the canary; "
                                "set serving.canary_percent to its share of the traffic, or gpupipe promote/abort it")
         predictor["canaryTrafficPercent"] = srv.canary_percent
     if srv.batching.enabled:
-        predictor["batcher"] = {"maxBatchSize": srv.batching.max_batch_size,
-                                "maxLatency": max(1, -(-srv.batching.batch_timeout_micros // 1000))}
+        batching = server_batching(config)
+        predictor["batcher"] = {"maxBatchSize": batching["max_batch_size"],
+                                "maxLatency": max(1, -(-batching["batch_timeout_micros"] // 1000))}
     account = kserve_service_account_name(config, base)
     if account:
         predictor["serviceAccountName"] = account

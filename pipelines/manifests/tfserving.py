@@ -8,7 +8,8 @@ from components.contracts.errors import GpupipeError
 from components.contracts.pods import (TMP_MOUNT, TMP_VOLUME, restricted_container_security,
                                        restricted_pod_security)
 from pipelines.config import PipelineConfig
-from pipelines.manifests.common import object_labels, object_metadata, s3_settings, served_base, server_resources
+from pipelines.manifests.common import (fixed_replicas, object_labels, object_metadata, s3_settings, served_base,
+                                       server_batching, server_placement, server_resources)
 
 GRPC_PORT, REST_PORT = 8500, 8501
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
@@ -41,11 +42,20 @@ def tf_serving_s3_env(config: PipelineConfig) -> list:
 
 
 def batching_parameters(config: PipelineConfig) -> str:
-    """TF Serving's --batching_parameters_file (a BatchingParameters text proto)."""
-    b = config.serving.batching
-    return "".join(f"{name} {{ value: {value} }}\n" for name, value in (
-        ("max_batch_size", b.max_batch_size), ("batch_timeout_micros", b.batch_timeout_micros),
-        ("max_enqueued_batches", b.max_enqueued_batches), ("num_batch_threads", b.num_batch_threads)))
+    """TF Serving's --batching_parameters_file (a BatchingParameters text proto,
+    tensorflow_serving/servables/tensorflow/session_bundle_config.proto: each field a wrapped
+    Int64Value), with serving.batching sized to the server (CPU or GPU)."""
+    b = server_batching(config)
+    return "".join(f"{name} {{ value: {b[name]} }}\n" for name in (
+        "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads"))
+
+
+def tf_serving_image(config: PipelineConfig) -> str:
+    """serving.tf_serving_image, else the stock image of the pinned version: its -gpu tag (TF
+    Serving's CUDA build, tensorflow_serving/tools/docker/Dockerfile.gpu) on GPU pods."""
+    srv = config.serving
+    return srv.tf_serving_image or f"tensorflow/serving:{srv.tf_serving_version}" + (
+        "-gpu" if srv.resources.gpus else "")
 
 
 def monitoring_config() -> str:
@@ -65,7 +75,8 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
                         "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (TF Serving reads models.config and "
                         "the versions from it)")
     scaling = srv.autoscaling
-    if scaling.metric not in ("cpu", "memory"):
+    replicas = fixed_replicas(config, "the TF Serving Deployment") if srv.resources.gpus else None
+    if replicas is None and scaling.metric not in ("cpu", "memory"):
         raise GpupipeError(f"serving.autoscaling.metric: {scaling.metric} is Knative's (KServe only); the TF Serving "
                            "Deployment scales on cpu or memory: set serving.autoscaling.metric: cpu")
     name = f"{srv.model_name}-tfserving"
@@ -91,7 +102,7 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
         mounts.append({"name": "gcs-key", "mountPath": key_dir, "readOnly": True})
         volumes.append({"name": "gcs-key", "secret": {"secretName": cluster.gcs_credentials_secret}})
     container = {
-        "name": "tfserving", "image": srv.tf_serving_image or f"tensorflow/serving:{srv.tf_serving_version}",
+        "name": "tfserving", "image": tf_serving_image(config),
         "args": args,
         "ports": [{"name": "grpc", "containerPort": GRPC_PORT}, {"name": "http", "containerPort": REST_PORT}],
         "resources": server_resources(config), "volumeMounts": mounts,
@@ -106,14 +117,15 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
     if env:
         container["env"] = env
     selector = {"app.kubernetes.io/name": srv.model_name, "app.kubernetes.io/component": "tfserving"}
-    pod_spec = {"securityContext": restricted_pod_security(), "containers": [container], "volumes": volumes}
+    pod_spec = {"securityContext": restricted_pod_security(), "containers": [container], "volumes": volumes,
+                **server_placement(config)}
     if srv.service_account:
         pod_spec["serviceAccountName"] = srv.service_account
     if cluster.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s} for s in cluster.image_pull_secrets]
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": object_metadata(config, name),
-        "spec": {"replicas": max(1, scaling.min_replicas), "selector": {"matchLabels": selector},
+        "spec": {"replicas": replicas or max(1, scaling.min_replicas), "selector": {"matchLabels": selector},
                  "template": {"metadata": {"labels": {**object_labels(config), **selector},
                                            "annotations": {"prometheus.io/scrape": "true",
                                                            "prometheus.io/port": str(REST_PORT),
@@ -125,7 +137,7 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
                    {"name": "http", "port": REST_PORT, "targetPort": "http"}]}}
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": object_metadata(config, name), "data": data}
     docs = [config_map, deployment, service]
-    if scaling.max_replicas > max(1, scaling.min_replicas):
+    if replicas is None and scaling.max_replicas > max(1, scaling.min_replicas):  # GPU pods: no CPU target
         docs.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
                      "metadata": object_metadata(config, name),
                      "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
