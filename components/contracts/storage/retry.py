@@ -118,8 +118,13 @@ class operation:
         _current.op = self
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, err, tb):
         _current.op = self.outer
+        if err is not None and not hasattr(err, "storage_uri"):
+            try:  # the innermost object a failure is about (one file of a tree), for its message
+                err.storage_uri = self.uri
+            except AttributeError:
+                pass
         return False
 
     @property

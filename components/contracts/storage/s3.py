@@ -32,16 +32,16 @@ StorageErrors.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import random
 import time
 import uuid
-from typing import BinaryIO, List, Optional
+from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
+from components.contracts.storage import retry, split
+from components.contracts.storage.backend import ABSENT, ANY, Conflict, Entry, ObjectStore
 from components.contracts.storage.retry import StorageError
 
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
@@ -130,36 +130,6 @@ def _missing(err) -> bool:
     return _status(err) == 404 or _code(err) in ("NoSuchKey", "404", "NotFound")
 
 
-class _RangeReader(io.RawIOBase):
-    """A seekable read-only view of one object by HTTP Range requests (Parquet seeks)."""
-
-    def __init__(self, uri: str, size: int):
-        self.uri, self.size, self.pos = uri, size, 0
-        self.bucket, self.key = split(uri)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        if self.pos >= self.size or not len(buffer):
-            return 0
-        end = min(self.pos + len(buffer), self.size) - 1
-        data = _get_body(self.uri, Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{end}")[0]
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def _streaming_errors() -> tuple:
     from botocore.exceptions import (ConnectionClosedError, IncompleteReadError, ReadTimeoutError,
                                      ResponseStreamingError)
@@ -185,7 +155,9 @@ def _get_body(uri: str, **request) -> tuple:
     raise AssertionError("unreachable")
 
 
-class S3Backend:
+class S3Backend(ObjectStore):
+    READ_CHUNK = READ_BLOCK
+
     def stat(self, uri: str) -> Optional[Entry]:
         bucket, key = split(uri)
         if not key:
@@ -208,12 +180,15 @@ class S3Backend:
                       for o in page.get("Contents", []) if not o["Key"].endswith("/")]
         return found
 
-    def list(self, uri: str) -> List[Entry]:
-        return self.scan(uri.rstrip("/") + "/")
-
-    def open_read(self, entry: Entry) -> BinaryIO:
-        """A seekable stream of the object `entry` (its size from the listing or stat)."""
-        return io.BufferedReader(_RangeReader(entry.uri, entry.size), buffer_size=READ_BLOCK)
+    def read_range(self, entry: Entry, start: int, end: int) -> bytes:
+        """Of the object `entry` names (412 if its ETag changed since)."""
+        bucket, key = split(entry.uri)
+        try:
+            return _get_body(entry.uri, Bucket=bucket, Key=key, Range=f"bytes={start}-{end}", IfMatch=entry.stamp)[0]
+        except _errors() as err:
+            if _status(err) == 412 or _code(err) == "PreconditionFailed":
+                raise Conflict(entry.uri) from None
+            raise
 
     def read_versioned(self, uri: str):
         bucket, key = split(uri)
