@@ -9,6 +9,7 @@ from typing import Optional
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import restricted_container_security
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from components.contracts.storage import schemes
 from pipelines.config import PipelineConfig
 from pipelines.manifests.common import (fixed_replicas, object_metadata, s3_settings, served_base, server_batching,
                                        server_placement, server_resources)
@@ -18,7 +19,7 @@ KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secr
 
 def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
     """The serving base KServe's storage initializer reads (a URI, not a local path)."""
-    return served_base(config, serving_base, ("gs://", "s3://", "pvc://"),
+    return served_base(config, serving_base, schemes.served_by("kserve"),
                         "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (or pvc://)")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import restricted_container_security
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from components.contracts.storage import schemes
 from components.store.base import RELEASES_DIR, ServingStore
 from pipelines.config import PipelineConfig
 from pipelines.manifests.common import object_labels, s3_settings, served_base
@@ -46,7 +47,7 @@ def storage_container_base(config: PipelineConfig, serving_base: str = "") -> st
         raise GpupipeError(f"manifest kserve --restricted: serving base {base} is a PVC, which KServe mounts into the "
                            "predictor with no storage-initializer to secure; drop --restricted, or serve from gs:// or "
                            "s3:// (--serving-base)")
-    return served_base(config, serving_base, ("gs://", "s3://"),
+    return served_base(config, serving_base, schemes.downloaded_by("kserve"),
                        "KServe serves no local path: pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH")
 
 

@@ -43,6 +43,11 @@ def served_by(server: str) -> Tuple[str, ...]:
     return _prefixes(lambda s: server in s.servers)
 
 
+def downloaded_by(server: str) -> Tuple[str, ...]:
+    """The object stores `server` downloads a serving base from (its storage initializer)."""
+    return _prefixes(lambda s: server in s.servers and bool(s.backend))
+
+
 def of(uri: str) -> "Scheme | None":
     """The declared scheme of `uri`, None for a local path (or an unknown scheme)."""
     return next((s for s in SCHEMES if uri.startswith(s.prefix)), None)
