@@ -181,7 +181,7 @@ def kserve_service_account_name(config: PipelineConfig, base: str) -> Optional[s
         return srv.service_account
     if base.startswith("s3://") and s3_settings(config).credentials_secret:
         return f"{srv.model_name}-s3"
-    if base.startswith("gs://") and config.cluster.gcs_credentials_secret:
+    if base.startswith("gs://") and config.storage.gcs.credentials_secret:
         return f"{srv.model_name}-gcs"
     return None
 
@@ -193,24 +193,24 @@ KSERVE_GCS_KEY = "gcloud-application-credentials.json"
 
 
 def kserve_gcs_access(config: PipelineConfig, serving_base: str = "") -> tuple:
-    """What KServe needs to download a private gs:// release with cluster.gcs_credentials_secret:
+    """What KServe needs to download a private gs:// release with storage.gcs.credentials_secret:
     ([the ServiceAccount listing that Secret], [lines for the user]). KServe reads the key file
-    only under KSERVE_GCS_KEY; a Secret holding it under another name (gcs_credentials_key,
+    only under KSERVE_GCS_KEY; a Secret holding it under another name (storage.gcs.credentials_key,
     key.json by default) gets the kubectl line that adds it. Nothing with serving.service_account
     (Workload Identity: bind that account to a Google service account that reads the bucket)."""
     base = kserve_base(config, serving_base)
-    secret = config.cluster.gcs_credentials_secret
+    secret = config.storage.gcs.credentials_secret
     if not base.startswith("gs://") or not secret or config.serving.service_account:
         return [], []
     name = kserve_service_account_name(config, base)
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_metadata(config, name),
                "secrets": [{"name": secret}]}
     lines = []
-    if config.cluster.gcs_credentials_key != KSERVE_GCS_KEY:
+    if config.storage.gcs.credentials_key != KSERVE_GCS_KEY:
         where = f" -n {config.serving.namespace}" if config.serving.namespace else ""
         lines.append(f"note: KServe reads the key file {KSERVE_GCS_KEY} of Secret {secret}, which holds it as "
-                     f"{config.cluster.gcs_credentials_key}: create it with both keys, e.g. kubectl{where} create "
-                     f"secret generic {secret} --from-file={config.cluster.gcs_credentials_key}=sa-key.json "
+                     f"{config.storage.gcs.credentials_key}: create it with both keys, e.g. kubectl{where} create "
+                     f"secret generic {secret} --from-file={config.storage.gcs.credentials_key}=sa-key.json "
                      f"--from-file={KSERVE_GCS_KEY}=sa-key.json (or serve with Workload Identity: "
                      "serving.service_account)")
     return [account], lines

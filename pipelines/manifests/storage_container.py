@@ -90,7 +90,7 @@ def storage_initializer_env(config: PipelineConfig, base: str) -> list:
     """The credentials the InferenceService's storage initializer already gets from the
     predictor's ServiceAccount (kserve_s3_access, kserve_gcs_access): for an s3:// base with
     storage.s3.credentials_secret, the keys and the Secret's s3-* annotations as environment;
-    for a gs:// base with cluster.gcs_credentials_secret (no Workload Identity), the key file
+    for a gs:// base with storage.gcs.credentials_secret (no Workload Identity), the key file
     KServe mounts from it. Nothing else: the pods' own identity (IRSA, Workload Identity)."""
     if base.startswith("s3://"):
         s3 = s3_settings(config)
@@ -98,7 +98,7 @@ def storage_initializer_env(config: PipelineConfig, base: str) -> list:
             return []
         return kserve_s3_env(kserve_s3_annotations(config), s3.credentials_secret, s3.access_key_key,
                              s3.secret_key_key)
-    if config.cluster.gcs_credentials_secret and not config.serving.service_account:
+    if config.storage.gcs.credentials_secret and not config.serving.service_account:
         return [{"name": GCS_CREDENTIALS_ENV, "value": GCS_CREDENTIALS_DIR + KSERVE_GCS_KEY}]
     return []
 

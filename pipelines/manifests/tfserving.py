@@ -97,11 +97,12 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
                {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TFSERVING_TMP_LIMIT}}]
     if base.startswith("s3://"):
         env += tf_serving_s3_env(config)
-    elif cluster.gcs_credentials_secret:
+    elif config.storage.gcs.credentials_secret:
         key_dir = "/var/secrets/gcs"
-        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{cluster.gcs_credentials_key}"})
+        gcs = config.storage.gcs
+        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{gcs.credentials_key}"})
         mounts.append({"name": "gcs-key", "mountPath": key_dir, "readOnly": True})
-        volumes.append({"name": "gcs-key", "secret": {"secretName": cluster.gcs_credentials_secret}})
+        volumes.append({"name": "gcs-key", "secret": {"secretName": gcs.credentials_secret}})
     container = {
         "name": "tfserving", "image": tf_serving_image(config),
         "args": args,

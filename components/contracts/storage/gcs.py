@@ -22,7 +22,7 @@ import os
 import uuid
 from typing import List, Optional
 
-from components.contracts.storage import retry, split
+from components.contracts.storage import retry, schemes, split
 from components.contracts.storage.backend import ABSENT, ANY, Conflict, Entry, ObjectStore
 from components.contracts.storage.retry import StorageError
 
@@ -220,8 +220,9 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if isinstance(err, auth.DefaultCredentialsError):
         return StorageError(retry.CREDENTIALS_MISSING, uri, (
             f"{uri}: no Google credentials found; set {CREDENTIALS_ENV} to a service-account key file (on a "
-            "workstation: `gcloud auth application-default login`), or in the cluster give the pods' Kubernetes "
-            f"service account a Google service account (Workload Identity) with roles/storage.objectAdmin on {bucket}"))
+            "workstation: `gcloud auth application-default login`), or in the cluster name a Secret holding one in "
+            f"{schemes.of('gs://').credentials_key}, or give the pods' Kubernetes service account a Google service "
+            f"account (Workload Identity) with roles/storage.objectAdmin on {bucket}"))
     if isinstance(err, auth.RefreshError) or isinstance(err, api.Unauthorized):
         return StorageError(retry.CREDENTIALS_REFUSED, uri, (
             f"{uri}: the Google credentials were refused ({_reason(err)}); renew the key file {CREDENTIALS_ENV} "

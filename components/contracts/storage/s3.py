@@ -40,7 +40,7 @@ import uuid
 from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import retry, split
+from components.contracts.storage import retry, schemes, split
 from components.contracts.storage.backend import ABSENT, ANY, Conflict, Entry, ObjectStore
 from components.contracts.storage.retry import StorageError
 
@@ -296,7 +296,8 @@ _REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "Inva
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
               "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504", "429"}
 _KEYS_FIX = (f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (in the cluster: the keys of the Kubernetes Secret "
-             "storage.s3.credentials_secret names; on EKS without keys: an IAM role for the pods' service account)")
+             f"{schemes.of('s3://').credentials_key} names; on EKS without keys: an IAM role for the pods' service "
+             "account)")
 
 
 def classify(err: BaseException, uri: str) -> Optional[StorageError]:
