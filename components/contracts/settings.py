@@ -213,7 +213,8 @@ class RetrySettings(Strict):
     attempts: int = Field(retry.DEFAULT_ATTEMPTS, ge=1, le=20,
                           description="tries per request, the first included (1: no retry)")
     deadline_seconds: float = Field(retry.DEFAULT_DEADLINE, gt=0, le=3600,
-                                    description="gs://: all tries of one request within this time")
+                                    description="all tries of one storage operation (gs://, s3://) within this "
+                                                "time: a retry starts only if it can end in time")
     connect_timeout_seconds: float = Field(retry.DEFAULT_CONNECT_TIMEOUT, gt=0, le=600,
                                            description="each try: to open the connection")
     read_timeout_seconds: float = Field(retry.DEFAULT_READ_TIMEOUT, gt=0, le=3600,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import uuid
 from typing import List, Optional
 
@@ -59,9 +60,13 @@ def _retry(uri: str):
 
     p = retry.policy()
     tries = [1]
+    op = retry.current()
+    started = op.started if op is not None else time.monotonic()
 
     def transient(err) -> bool:
         if not should_retry(err) or tries[0] >= p.attempts:
+            return False
+        if not retry.another_try_fits(started, min(retry.INITIAL_BACKOFF * 2 ** (tries[0] - 1), retry.MAX_BACKOFF)):
             return False
         tries[0] += 1
         retry.note_retry("gs", uri, _fault(err), tries[0], p.attempts)
@@ -251,6 +256,7 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if transport or isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError,
                                      requests.exceptions.ChunkedEncodingError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}); check the network and the "
-            f"endpoint ({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}){retry.deadline_note(err)}; "
+            f"check the network and the endpoint ({EMULATOR_ENV} for an emulator), or raise "
+            f"{retry.keys_to_raise(err)}"))
     return None

@@ -72,15 +72,18 @@ def _count_retry(request, **_):
     """botocore's request-created event: a try after the first is a retry."""
     tries = request.context.get("retries", {})
     attempt = int(tries.get("attempt", 1))
+    request.context.setdefault("gpupipe_started", time.monotonic())  # the first try's start: this request's deadline
     if attempt > 1:
         why = request.context.get("gpupipe_last_fault", "a transient fault")
         op = retry.current()
         retry.note_retry("s3", op.uri if op is not None else request.url, why, attempt, retry.policy().attempts)
 
 
-def _remember_fault(response=None, caught_exception=None, request_dict=None, **_):
+def _remember_fault(response=None, caught_exception=None, request_dict=None, attempts=1, **_):
     """botocore's needs-retry event (before its retry handler decides): what went wrong, for
-    the log line of the retry."""
+    the log line of the retry; and False (no retry: botocore takes the first answer that is
+    not None) when another try would not end within storage.retry.deadline_seconds of the
+    storage operation's start (of this request's, outside one: s3transfer's threads)."""
     if request_dict is None:
         return None
     if caught_exception is not None:
@@ -89,7 +92,12 @@ def _remember_fault(response=None, caught_exception=None, request_dict=None, **_
         why = f"HTTP {response[0].status_code} {response[1].get('Error', {}).get('Code', '')}".strip()
     else:
         return None
-    request_dict["context"]["gpupipe_last_fault"] = why
+    context = request_dict["context"]
+    context["gpupipe_last_fault"] = why
+    op = retry.current()
+    started = op.started if op is not None else context.get("gpupipe_started", time.monotonic())
+    if attempts < retry.policy().attempts and not retry.another_try_fits(started, min(2.0 ** (attempts - 1), 20.0)):
+        return False
     return None
 
 
@@ -147,11 +155,13 @@ def _get_body(uri: str, **request) -> tuple:
         try:
             return got["Body"].read(), got["ETag"]
         except _streaming_errors() as err:
-            if attempt == attempts:
+            backoff = min(retry.MAX_BACKOFF, retry.INITIAL_BACKOFF * 2 ** (attempt - 1))
+            op = retry.current()
+            if attempt == attempts or (op is not None and not retry.another_try_fits(op.started, backoff)):
                 raise
             retry.note_retry("s3", uri, f"the body broke while streaming ({type(err).__name__}: {err})",
                              attempt + 1, attempts)
-            time.sleep(min(retry.MAX_BACKOFF, retry.INITIAL_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.5, 1))
+            time.sleep(backoff * random.uniform(0.5, 1))
     raise AssertionError("unreachable")
 
 
@@ -335,8 +345,8 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
                         bx.ConnectionClosedError, bx.ProxyConnectionError, bx.HTTPClientError,
                         bx.ResponseStreamingError, bx.IncompleteReadError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}); check storage.s3.endpoint "
-            f"({ENDPOINT_ENV}) and the network, or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}){retry.deadline_note(err)}; check "
+            f"storage.s3.endpoint ({ENDPOINT_ENV}) and the network, or raise {retry.keys_to_raise(err)}"))
     import boto3.exceptions
 
     if isinstance(err, boto3.exceptions.S3UploadFailedError):  # upload_file wraps the ClientError in text
