@@ -98,3 +98,55 @@ def test_a_step_reading_a_silent_s3_endpoint_fails_within_its_deadline(tmp_path,
     assert "check storage.s3.endpoint (AWS_ENDPOINT_URL_S3)" in errors[0]
     assert errors[0].endswith("or raise storage.retry.read_timeout_seconds and storage.retry.deadline_seconds")
     print(f"fingerprint failed in {step.group(1)} s (deadline {deadline} s): {errors[0]}")
+
+
+def test_the_train_launchers_kubernetes_calls_end_within_their_deadline(monkeypatch, tmp_path, silent_endpoint):
+    """The launcher's client (kubernetes_api: the kube config here, as outside a pod) on an API
+    server that accepts and never answers: each request times out (API_TIMEOUT), and the
+    retries stop when another would end past API_DEADLINE, in one line."""
+    from components.contracts.errors import GpupipeError
+    from components.train import launch
+    from tests.fixtures.http import write_kubeconfig
+
+    deadline = 3.0
+    from kubernetes.config import kube_config
+
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", silent_endpoint.url)
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)  # read from KUBECONFIG at import
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(launch, "API_TIMEOUT", (READ_TIMEOUT, READ_TIMEOUT))
+    monkeypatch.setattr(launch, "API_DEADLINE", deadline)
+    api = launch.kubernetes_api()
+    started = time.monotonic()
+    with pytest.raises(GpupipeError) as err:
+        launch.with_retries(lambda: api.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "team-a",
+                                                                     "jobsets", "train-1"),
+                            "followed JobSet team-a/train-1")
+    seconds = time.monotonic() - started
+    print(f"Kubernetes API: failed after {seconds:.2f} s, {silent_endpoint.accepted} connections: {err.value}")
+    assert seconds < deadline and 2 <= silent_endpoint.accepted < launch.API_ATTEMPTS
+    assert str(err.value).startswith(f"training: the Kubernetes API failed {silent_endpoint.accepted} times in ")
+    assert "while the launcher followed JobSet team-a/train-1" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_kfp_api_requests_time_out_and_stop_after_their_tries(silent_endpoint):
+    """kfp.Client alone sends its requests with no timeout (it would wait here for ever);
+    through pipelines/remote's connect (compat.kfp_client_with_deadlines) each request has
+    a (connect, read) timeout and a bounded number of tries, then one line naming --host."""
+    import kfp
+
+    from components.contracts.compat.kfp import kfp_client_with_deadlines
+    from components.contracts.errors import GpupipeError
+
+    client = kfp_client_with_deadlines(kfp.Client(host=silent_endpoint.url, namespace="team-a"),
+                                       timeout=(READ_TIMEOUT, READ_TIMEOUT), attempts=3)
+    started = time.monotonic()
+    with pytest.raises(GpupipeError) as err:
+        client.get_run("run-1")
+    seconds = time.monotonic() - started
+    print(f"KFP API: failed after {seconds:.2f} s, {silent_endpoint.accepted} connections: {err.value}")
+    assert silent_endpoint.accepted == 3 and seconds < 3 * READ_TIMEOUT + 0.5 + 1.0 + 1.0  # 3 reads, 2 backoffs
+    assert str(err.value) == (f"--host {silent_endpoint.url}: the KFP API did not answer GET within 3 tries of 0.5 s "
+                              "to connect and 0.5 s to read (ReadTimeoutError); check --host, the network and the "
+                              "KFP API server")
