@@ -27,9 +27,9 @@ URI_FIX = schemes.examples()  # where every pod can read and write (the storage 
 def _cluster_uri(value: str, key: str, fix: str) -> str:
     declared = schemes.of(value)
     if declared is not None and declared.alias_of:
+        rest = value[len(declared.prefix):]
         raise GpupipeError(f"{key}: '{value}': {declared.prefix} is KFP's name for its artifact store only; write the "
-                           f"same objects as {declared.alias_of}{value[len(declared.prefix):]} (set storage.s3.endpoint "
-                           "to the MinIO URL)")
+                           f"same objects as {declared.alias_of}{rest} (set storage.s3.endpoint to the MinIO URL)")
     if not value.startswith(schemes.SHARED) and not value.startswith("synthetic:"):
         raise GpupipeError(f"{key}: '{value}' is a path inside the pod, lost with it on the cluster; {fix}")
     return value

@@ -147,7 +147,8 @@ def test_put_tree_appears_whole_and_delete_tree_removes_it(base, tmp_path):
         raw.__dict__.pop("upload_file", None)
     if uploads:
         assert uploads[-1] == "saved_model.pb" and len(uploads) == 2
-    assert sorted(storage.relative(e, target) for e in b.list(target)) == ["saved_model.pb", "variables/variables.index"]
+    assert sorted(storage.relative(e, target) for e in b.list(target)) == ["saved_model.pb",
+                                                                          "variables/variables.index"]
     b.delete_tree(target, "saved_model.pb")
     assert b.list(target) == []
     b.delete_tree(target, "saved_model.pb")  # nothing there: nothing to do

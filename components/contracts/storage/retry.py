@@ -9,9 +9,10 @@ try by the connect and read timeouts (the read timeout at most the deadline), an
 of one storage operation by `deadline_seconds`: a retry is started only if it can end in
 time (`another_try_fits`: the time spent, the longest backoff before it and one whole try
 within the deadline), so an endpoint that accepts connections and never answers fails the
-operation within the deadline, in one line naming the endpoint and the keys to change. The bounds come from the config's `storage.retry` section
-(components/contracts/settings.py: RetrySettings), which renders the variables below into
-every task's environment; unset, the defaults here.
+operation within the deadline, in one line naming the endpoint and the keys to change.
+The bounds come from the config's `storage.retry` section (components/contracts/settings.py:
+RetrySettings), which renders the variables below into every task's environment; unset,
+the defaults here.
 
 Every retry is counted (`retries()`) and logged on the `gpupipe.storage` logger (a task's
 run.log: components/contracts/errors.py `reports_errors` shows it there; the terminal of a
