@@ -79,7 +79,7 @@ def test_a_step_reading_a_silent_s3_endpoint_fails_within_its_deadline(tmp_path,
     """`gpupipe run` with the serving base on an S3 endpoint that never answers: fingerprint,
     the first step that reads the base, fails within storage.retry.deadline_seconds, the
     summary's one error line naming the step, the endpoint and the keys."""
-    deadline = 5
+    deadline = 8
     raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
     raw["storage"] = {"s3": {"endpoint": silent_endpoint.url},
                       "retry": {"attempts": 5, "deadline_seconds": deadline, "connect_timeout_seconds": 1,
