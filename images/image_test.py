@@ -185,7 +185,8 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
             raw["images"] = {"cpu": cpu, "gpu": gpu}
             raw["training"]["pods"].update(gpus=0, accelerator=None)  # the train task in the CPU image too (no GPU here)
             raw["cluster"].update(data_source=f"{root}/data/penguins.csv", serving_base=f"{root}/serving")
-            raw["cluster"].pop("gcs_credentials_secret", None)  # the emulator takes anonymous requests
+            # the emulator takes anonymous requests
+            raw.get("storage", {}).get("gcs", {}).pop("credentials_secret", None)
             raw.pop("pipeline_root", None)  # kfp.local keeps artifacts on local disk
             config = work / "penguins-images.yaml"
             config.write_text(yaml.safe_dump(raw))

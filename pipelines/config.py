@@ -8,6 +8,7 @@ names the YAML key. It imports neither kfp nor TensorFlow.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -67,14 +68,46 @@ class ImagesConfig(Strict):
         return self.gpu or f"{self.registry}/gpupipe-gpu:{image_tag()}"
 
 
+class ConfigDeprecation(UserWarning):
+    """A config key that moved: still read, with one line naming the new key (the CLI prints
+    it as `warning: ...`)."""
+
+
+# old place -> new place, each (section, key); the value is moved before validation
+MOVED_KEYS = {("cluster", "gcs_credentials_secret"): ("storage", "gcs", "credentials_secret"),
+              ("cluster", "gcs_credentials_key"): ("storage", "gcs", "credentials_key")}
+
+
+def _moved(raw: dict) -> dict:
+    """`raw` with each old key (MOVED_KEYS) moved to its new place, warning once per key;
+    the caller's mapping is left as it was. Both places set to different values: an error."""
+    for (section, key), new in MOVED_KEYS.items():
+        old_section = raw.get(section)
+        if not isinstance(old_section, dict) or key not in old_section:
+            continue
+        raw = {**raw, section: {k: v for k, v in old_section.items() if k != key}}
+        node, path = raw, list(new[:-1])
+        for part in path:  # copy each mapping on the way so the caller's stays as it was
+            inner = node.get(part)
+            node[part] = dict(inner) if isinstance(inner, dict) else ({} if inner is None else inner)
+            node = node[part]
+        if not isinstance(node, dict):
+            continue  # the new section is malformed: its own validation says so
+        value, new_key = old_section[key], ".".join(new)
+        if new[-1] in node and node[new[-1]] != value:
+            raise ValueError(f"{section}.{key} (deprecated) and {new_key} are both set, to different values; keep "
+                             f"{new_key} alone")
+        node[new[-1]] = value
+        warnings.warn(f"{section}.{key} is deprecated; move it to {new_key} (same value)", ConfigDeprecation,
+                      stacklevel=2)
+    return raw
+
+
 class ClusterConfig(Strict):
     """What the pods need on the cluster: Kubernetes secrets by reference only (kfp-kubernetes;
     the secret values never appear in the config or the compiled pipeline), and each step's
     resources and deadline."""
 
-    gcs_credentials_secret: Optional[str] = Field(
-        None, description="Secret holding a GCP service-account key, mounted into every task")
-    gcs_credentials_key: str = Field("key.json", description="the key file's name inside that Secret")
     image_pull_secrets: List[str] = Field(default_factory=list, description="Secrets for pulling the images")
     data_source: Optional[str] = Field(
         None, description="the data source on the cluster, a URI every pod can read (gs:// or s3://); the compiled "
@@ -116,7 +149,7 @@ class ClusterConfig(Strict):
             raise ValueError(f"'{v}' is not a Kubernetes object name (lowercase letters, digits, '-' and '.')")
         return v
 
-    @field_validator("gcs_credentials_secret", "image_pull_secrets", "service_account")
+    @field_validator("image_pull_secrets", "service_account")
     @classmethod
     def _secret_names(cls, v):
         for name in ([v] if isinstance(v, str) else v or []):
@@ -140,9 +173,14 @@ class PipelineConfig(Strict):
     notify: NotifySettings = Field(
         NotifySettings(), description="a webhook told when a run fails, is not blessed or pushes (Slack's JSON)")
     storage: StorageSettings = Field(
-        StorageSettings(), description="how the object stores are reached: s3 (endpoint, region, addressing, "
-                                       "conditional writes, the credentials' Secret); the same for the compiled tasks, "
-                                       "the multi-worker job and gpupipe run")
+        StorageSettings(), description="how the object stores are reached: gcs (the credentials' Secret), s3 "
+                                       "(endpoint, region, addressing, conditional writes, the credentials' Secret); "
+                                       "the same for the compiled tasks, the multi-worker job and gpupipe run")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, raw):
+        return _moved(raw) if isinstance(raw, dict) else raw
 
     @model_validator(mode="after")
     def _kfp_takes_the_gpus(self) -> "PipelineConfig":

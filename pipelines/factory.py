@@ -13,6 +13,7 @@ from kfp import dsl, kubernetes
 from components.contracts.compat import kfp_setters_without_source
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import PodShape
+from components.contracts.storage import schemes
 from components.kinds import Columns
 from components.notify.settings import WEBHOOK_SECRET_KEY, WEBHOOK_URL_ENV
 from components.train.launch import POD_NAME_ENV, POD_UID_ENV, WORKFLOW_ENV, WORKFLOW_LABEL, Launch
@@ -20,16 +21,16 @@ from pipelines import pods, steps
 from pipelines.config import PipelineConfig
 from pipelines.steps import P_DATA_SOURCE, P_EPOCHS, P_LEARNING_RATE, P_SERVING_BASE, P_THRESHOLD, Build, Step
 
-REMOTE = ("gs://", "s3://")  # where every pod can read and write (the storage layer's schemes)
-PIPELINE_ROOTS = ("gs://", "s3://", "minio://")  # what KFP's launcher stores artifacts in
-URI_FIX = "gs://BUCKET/PATH or s3://BUCKET/PATH"
+URI_FIX = schemes.examples()  # where every pod can read and write (the storage layer's shared schemes)
 
 
 def _cluster_uri(value: str, key: str, fix: str) -> str:
-    if value.startswith("minio://"):
-        raise GpupipeError(f"{key}: '{value}': minio:// is KFP's name for its artifact store only; write the same "
-                           f"objects as s3://{value[len('minio://'):]} (set storage.s3.endpoint to the MinIO URL)")
-    if not value.startswith(REMOTE) and not value.startswith("synthetic:"):
+    declared = schemes.of(value)
+    if declared is not None and declared.alias_of:
+        rest = value[len(declared.prefix):]
+        raise GpupipeError(f"{key}: '{value}': {declared.prefix} is KFP's name for its artifact store only; write the "
+                           f"same objects as {declared.alias_of}{rest} (set storage.s3.endpoint to the MinIO URL)")
+    if not value.startswith(schemes.SHARED) and not value.startswith("synthetic:"):
         raise GpupipeError(f"{key}: '{value}' is a path inside the pod, lost with it on the cluster; {fix}")
     return value
 
@@ -52,9 +53,10 @@ def cluster_locations(config: PipelineConfig) -> dict:
                        ("validation.drift.baseline_statistics", config.validation.drift.baseline_statistics)):
         if value:
             _cluster_uri(value, key, f"upload the file and set {key}: {URI_FIX}")
-    if config.pipeline_root and not config.pipeline_root.startswith(PIPELINE_ROOTS):
+    if config.pipeline_root and not config.pipeline_root.startswith(schemes.PIPELINE_ROOTS):
         raise GpupipeError(f"pipeline_root: '{config.pipeline_root}' is not an object-store URI; give "
-                           "gs://BUCKET/PATH (or s3://, minio://), or remove it for the installation's default")
+                           f"{schemes.PIPELINE_ROOTS[0]}BUCKET/PATH (or {', '.join(schemes.PIPELINE_ROOTS[1:])}), or "
+                           "remove it for the installation's default")
     return locations
 
 

@@ -39,7 +39,7 @@ def step_resources(config: PipelineConfig, step: str) -> StepResources:
 
 
 def _common(config: PipelineConfig) -> dict:
-    """What every pod carries: the storage layer's environment (storage.s3) and secrets by
+    """What every pod carries: the storage layer's environment (storage.s3, storage.gcs) and secrets by
     reference, never their values."""
     cluster = config.cluster
     common: dict = {"image_pull_secrets": list(cluster.image_pull_secrets),
@@ -47,9 +47,10 @@ def _common(config: PipelineConfig) -> dict:
                     "env": config.storage.environment(),
                     "secret_env": {name: SecretEnv(secret=secret, key=key)
                                    for name, (secret, key) in config.storage.secret_environment().items()}}
-    if cluster.gcs_credentials_secret:
-        common["secret_volumes"] = [SecretVolume(secret=cluster.gcs_credentials_secret, mount_path=GCS_KEY_MOUNT)]
-        common["env"]["GOOGLE_APPLICATION_CREDENTIALS"] = f"{GCS_KEY_MOUNT}/{cluster.gcs_credentials_key}"
+    gcs = config.storage.gcs
+    if gcs.credentials_secret:
+        common["secret_volumes"] = [SecretVolume(secret=gcs.credentials_secret, mount_path=GCS_KEY_MOUNT)]
+        common["env"]["GOOGLE_APPLICATION_CREDENTIALS"] = f"{GCS_KEY_MOUNT}/{gcs.credentials_key}"
     return common
 
 

@@ -106,6 +106,40 @@ def test_the_scheme_check_fails_on_a_deliberate_branch(tmp_path, line):
     assert len(found) == 1 and found[0].startswith("components/push/logic.py:"), found
 
 
+LISTED_SCHEMES = (*SCHEMES, "pvc://")
+
+
+def scheme_lists(root: Path) -> list:
+    """One line per tuple, list or set literal outside the storage layer that holds two or
+    more URI schemes: the schemes are declared once (components/contracts/storage/schemes.py)."""
+    found = []
+    for path in sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")]):
+        rel = path.relative_to(root)
+        if rel.parts[1:3] == STORAGE_LAYER or path.name.startswith("test_"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                named = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                         and e.value.startswith(LISTED_SCHEMES)]
+                if len(named) >= 2:
+                    found.append(f"{rel}:{node.lineno} lists the schemes {', '.join(named)} (derive them from "
+                                 "components.contracts.storage.schemes)")
+    return found
+
+
+def test_no_module_outside_the_storage_package_lists_schemes():
+    assert scheme_lists(ROOT) == []
+
+
+def test_the_scheme_list_check_fails_on_a_deliberate_list(tmp_path):
+    (tmp_path / "pipelines" / "manifests").mkdir(parents=True)
+    (tmp_path / "pipelines" / "manifests" / "serve.py").write_text('OK = ("gs://",)\nBAD = ["s3://", "gs://"]\n')
+    (tmp_path / "components" / "contracts" / "storage").mkdir(parents=True)
+    (tmp_path / "components" / "contracts" / "storage" / "schemes.py").write_text('ALL = ("gs://", "s3://")\n')
+    assert scheme_lists(tmp_path) == ["pipelines/manifests/serve.py:2 lists the schemes s3://, gs:// (derive them "
+                                      "from components.contracts.storage.schemes)"]
+
+
 def test_steps_stand_side_by_side_on_shared_contracts():
     from pipelines import steps as registry
 

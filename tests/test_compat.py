@@ -46,6 +46,19 @@ def test_the_kfp_hooks_are_still_there():
     assert pipeline_task.inspect is before
 
 
+def test_the_kfp_client_timeout_hook_is_still_there():
+    import kfp
+    from kfp_server_api import rest
+
+    # why it is needed: without a _request_timeout the request goes out with no timeout at all
+    assert "timeout = None" in inspect.getsource(rest.RESTClientObject.request)
+    client = compat.kfp.kfp_client_with_deadlines(kfp.Client(host="http://127.0.0.1:9", namespace="team-a"))
+    apis = [client._run_api, client._experiment_api, client._pipelines_api, client._upload_api,
+            client._recurring_run_api, client._healthz_api]
+    assert {id(api.api_client.rest_client) for api in apis} == {id(client._run_api.api_client.rest_client)}
+    assert client._run_api.api_client.rest_client.pool_manager.connection_pool_kw["retries"].total == 2
+
+
 def test_the_autograph_rules_hook_is_still_there():
     from tensorflow.python.autograph.core import config, config_lib
     from tensorflow.python.autograph.impl import conversion

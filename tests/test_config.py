@@ -263,3 +263,47 @@ def test_a_limit_below_its_request_is_refused_and_a_raised_request_lifts_the_def
     assert (shape.cpu_request, shape.cpu_limit, shape.memory_request, shape.memory_limit) == ("8", "8", "32Gi", "32Gi")
     raw["cluster"]["resources"] = {"train": {"cpu": "1"}}  # below the default limit: the limit stays
     assert training_shape(parse_config(raw)).cpu_limit == "4"
+
+
+def _with_old_gcs_key(raw: dict) -> dict:
+    """penguins as it was written before storage.gcs: the Secret under cluster."""
+    raw["cluster"]["gcs_credentials_secret"] = raw["storage"].pop("gcs")["credentials_secret"]
+    raw["cluster"]["gcs_credentials_key"] = "sa.json"
+    return raw
+
+
+def test_the_old_gcs_credentials_keys_still_work_with_one_line_naming_the_new_ones():
+    from pipelines.config import ConfigDeprecation
+
+    raw = _with_old_gcs_key(penguins())
+    before = yaml.safe_dump(raw)
+    with pytest.warns(ConfigDeprecation) as caught:
+        config = parse_config(raw)
+    assert [str(w.message) for w in caught] == [
+        "cluster.gcs_credentials_secret is deprecated; move it to storage.gcs.credentials_secret (same value)",
+        "cluster.gcs_credentials_key is deprecated; move it to storage.gcs.credentials_key (same value)"]
+    assert (config.storage.gcs.credentials_secret, config.storage.gcs.credentials_key) == ("gpupipe-gcs-key", "sa.json")
+    assert yaml.safe_dump(raw) == before  # the caller's mapping is left as it was
+    assert parse_config(penguins()).storage.gcs.credentials_secret == "gpupipe-gcs-key"
+
+
+def test_the_old_and_the_new_gcs_key_disagreeing_is_one_line():
+    raw = _with_old_gcs_key(penguins())
+    raw["storage"]["gcs"] = {"credentials_secret": "another-key"}
+    with pytest.raises(GpupipeError) as err:
+        parse_config(raw, "configs/penguins.yaml")
+    assert str(err.value) == ("configs/penguins.yaml: cluster.gcs_credentials_secret (deprecated) and "
+                              "storage.gcs.credentials_secret are both set, to different values; keep "
+                              "storage.gcs.credentials_secret alone")
+
+
+def test_the_command_line_prints_the_deprecation_as_one_warning_line(tmp_path, capsys):
+    from pipelines.cli import main
+
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(_with_old_gcs_key(penguins())))
+    assert main(["compile", str(old), "--output-dir", str(tmp_path / "out")]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
+    assert warned == [
+        "warning: cluster.gcs_credentials_secret is deprecated; move it to storage.gcs.credentials_secret (same value)",
+        "warning: cluster.gcs_credentials_key is deprecated; move it to storage.gcs.credentials_key (same value)"]

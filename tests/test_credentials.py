@@ -20,8 +20,9 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "penguins.yaml"
 GOOGLE_FIX = ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (on a workstation: `gcloud auth "
-              "application-default login`), or in the cluster give the pods' Kubernetes service account a Google "
-              "service account (Workload Identity) with roles/storage.objectAdmin on")
+              "application-default login`), or in the cluster name a Secret holding one in "
+              "storage.gcs.credentials_secret, or give the pods' Kubernetes service account a Google service account "
+              "(Workload Identity) with roles/storage.objectAdmin on")
 AWS_FIX = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (in the cluster: the keys of the Kubernetes Secret "
            "storage.s3.credentials_secret names; on EKS without keys: an IAM role for the pods' service account)")
 

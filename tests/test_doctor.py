@@ -30,7 +30,7 @@ def config(tmp_path) -> str:
     """configs/ctr.yaml (two workers, a JobSet) queued in gpus, with every Secret a config can name."""
     data = yaml.safe_load((ROOT / "configs" / "ctr.yaml").read_text())
     data["cluster"].update(queue="gpus")
-    data["storage"] = {"s3": {"endpoint": "http://minio.minio:9000", "credentials_secret": "gpupipe-minio"}}
+    data["storage"]["s3"] = {"endpoint": "http://minio.minio:9000", "credentials_secret": "gpupipe-minio"}
     data["notify"] = {"webhook_secret": "gpupipe-webhook"}
     path = tmp_path / "ctr.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -181,7 +181,7 @@ def test_no_kueue_is_one_error_and_no_queue_lookup(capsys, config, kfp, cluster)
 
 
 @pytest.mark.parametrize("name, line", [
-    ("gpupipe-gcs-key", f"error: Secret gpupipe-gcs-key (cluster.gcs_credentials_secret) is not in namespace {NS}: "
+    ("gpupipe-gcs-key", f"error: Secret gpupipe-gcs-key (storage.gcs.credentials_secret) is not in namespace {NS}: "
                         f"kubectl -n {NS} create secret generic gpupipe-gcs-key --from-file=key.json=sa-key.json"),
     ("gpupipe-registry", f"error: image pull Secret gpupipe-registry (cluster.image_pull_secrets) is not in namespace "
                          f"{NS}: kubectl -n {NS} create secret docker-registry gpupipe-registry "
@@ -345,7 +345,7 @@ def test_secrets_it_may_not_read_are_one_line_each(capsys, config, kfp, cluster)
     assert code == 1
     found = errors(lines)
     assert len(found) == 4
-    assert found[0] == (f"error: Secret gpupipe-gcs-key (cluster.gcs_credentials_secret) in {NS}: the Kubernetes API "
+    assert found[0] == (f"error: Secret gpupipe-gcs-key (storage.gcs.credentials_secret) in {NS}: the Kubernetes API "
                         f"refused (403: secrets \"gpupipe-gcs-key\" is forbidden: User \"{RUNNER}\" cannot get "
                         f"resource \"secrets\" in API group \"\" in the namespace \"{NS}\"); ask for get on "
                         f"secrets in {NS}, or check with kubectl -n {NS} get secret gpupipe-gcs-key")

@@ -2,11 +2,12 @@
 JobSet worker, and following a job to its end against a Kubernetes API FIXTURE (an
 in-memory CustomObjectsApi stand-in: no cluster runs here)."""
 import json
+import re
 
 import pytest
 
 from components.contracts.errors import GpupipeError
-from components.train.launch import (INDEX_ENV, WORKERS_ENV, Launch, follow_job, job_manifest, job_state,
+from components.train.launch import (API_TIMEOUT, INDEX_ENV, WORKERS_ENV, Launch, follow_job, job_manifest, job_state,
                                      tf_config_from_env)
 from pipelines.factory import launch_json
 from tests.fixtures.configs import with_pods
@@ -85,15 +86,20 @@ class FakeCustomObjectsApi:
 
     def __init__(self, statuses):
         self.created, self.deleted, self.statuses = [], [], list(statuses)
+        self.timeouts = set()  # the _request_timeout of every call (the real client's per-request timeout)
 
-    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body, _request_timeout=None):
+        self.timeouts.add(_request_timeout)
         self.created.append((group, version, namespace, plural, body))
 
-    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name, _request_timeout=None):
+        self.timeouts.add(_request_timeout)
         conditions = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return {"metadata": {"name": name}, "status": {"conditions": conditions}}
 
-    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None):
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body=None,
+                                        _request_timeout=None):
+        self.timeouts.add(_request_timeout)
         self.deleted.append((namespace, plural, name))
 
 
@@ -107,6 +113,7 @@ def test_following_a_jobset_to_success(ctr_config):
     group, version, namespace, plural, body = api.created[0]
     assert (group, version, plural, namespace) == ("jobset.x-k8s.io", "v1alpha2", "jobsets", "team-a")
     assert api.deleted == []  # a finished job holds no GPU; its pods' logs stay readable
+    assert api.timeouts == {API_TIMEOUT}  # no call without its timeout
 
 
 def test_a_failed_tfjob_fails_the_task_with_the_operators_reason_and_is_deleted(ctr_config):
@@ -380,5 +387,5 @@ def test_a_job_that_exists_on_create_is_adopted_and_an_api_that_stays_down_is_on
         with pytest.raises(GpupipeError) as err:
             launcher.create_or_adopt(custom_objects_api(url), manifest, "jobset.x-k8s.io", "v1alpha2", "jobsets",
                                      attempts=1)
-    assert str(err.value).startswith("training: the Kubernetes API failed 3 times while the launcher created "
-                                     "JobSet team-a/gpupipe-train-run9 (HTTP 503")
+    assert re.match(r"training: the Kubernetes API failed 3 times in \d+ s while the launcher created "
+                    r"JobSet team-a/gpupipe-train-run9 \(HTTP 503", str(err.value)), str(err.value)

@@ -48,7 +48,7 @@ def test_secrets_are_kubernetes_references():
     executors = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for name in ("exec-ingest", "exec-validate", "exec-train", "exec-evaluate", "exec-push"):
         volumes = executors[name]["secretAsVolume"]
-        assert volumes[0]["secretName"] == config.cluster.gcs_credentials_secret
+        assert volumes[0]["secretName"] == config.storage.gcs.credentials_secret
         assert executors[name]["imagePullSecret"][0]["secretName"] == "gpupipe-registry"
         env = docs[0]["deploymentSpec"]["executors"][name]["container"]["env"]
         assert {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/secrets/gcs/key.json"} in env
@@ -61,11 +61,14 @@ def test_secrets_are_kubernetes_references():
     (None, "name", "../x", "is not a plain name"),
     ("images", "cpu", "ghcr.io/x/gpupipe-cpu:latest", "is not pinned"),
     ("images", "cpu", "ghcr.io/x/gpupipe-cpu", "is not pinned"),
-    ("cluster", "gcs_credentials_secret", "-----BEGIN PRIVATE KEY-----", "is not a Kubernetes Secret name"),
+    ("storage.gcs", "credentials_secret", "-----BEGIN PRIVATE KEY-----", "is not a Kubernetes Secret name"),
 ])
 def test_config_rejects_escaping_names_unpinned_images_and_inline_secrets(section, key, value, message):
     raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
-    (raw.setdefault(section, {}) if section else raw)[key] = value
+    node = raw
+    for part in section.split(".") if section else ():
+        node = node.setdefault(part, {})
+    node[key] = value
     with pytest.raises(GpupipeError, match=message):
         parse_config(raw)
 

@@ -181,6 +181,29 @@ class S3Settings(Strict):
                 SECRET_KEY_ENV: (self.credentials_secret, self.secret_key_key)}
 
 
+class GCSSettings(Strict):
+    """How the pods reach Google Cloud Storage: the Kubernetes Secret (by name only) holding a
+    service-account key file, mounted into every task (pipelines/pods.py) and read by the
+    model servers' manifests; unset: the pods' own identity (Workload Identity)."""
+
+    credentials_secret: Optional[str] = Field(
+        None, description="name of the Kubernetes Secret holding a GCP service-account key file (the name, never "
+                          "the key); unset: the pods' own identity (Workload Identity)")
+    credentials_key: str = Field("key.json", description="the key file's name inside that Secret")
+
+    @field_validator("credentials_secret")
+    @classmethod
+    def _secret_name(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None else check_secret_name(v)
+
+    @field_validator("credentials_key")
+    @classmethod
+    def _data_key(cls, v: str) -> str:
+        if not _SECRET_KEY_RE.match(v):
+            raise ValueError(f"'{v}' is not a key of a Kubernetes Secret (letters, digits, '-', '_' and '.')")
+        return v
+
+
 class RetrySettings(Strict):
     """How hard the storage layer tries before a fault is an error (components/contracts/
     storage/retry.py; docs/storage.md): transient faults (429, 5xx, resets, timeouts) are
@@ -190,7 +213,8 @@ class RetrySettings(Strict):
     attempts: int = Field(retry.DEFAULT_ATTEMPTS, ge=1, le=20,
                           description="tries per request, the first included (1: no retry)")
     deadline_seconds: float = Field(retry.DEFAULT_DEADLINE, gt=0, le=3600,
-                                    description="gs://: all tries of one request within this time")
+                                    description="all tries of one storage operation (gs://, s3://) within this "
+                                                "time: a retry starts only if it can end in time")
     connect_timeout_seconds: float = Field(retry.DEFAULT_CONNECT_TIMEOUT, gt=0, le=600,
                                            description="each try: to open the connection")
     read_timeout_seconds: float = Field(retry.DEFAULT_READ_TIMEOUT, gt=0, le=3600,
@@ -204,9 +228,11 @@ class RetrySettings(Strict):
 
 class StorageSettings(Strict):
     """The config's `storage:` section: how the storage layer reaches the object stores
-    (only `s3:` needs settings; gs:// takes the pods' Google credentials) and how hard it
-    retries (`retry:`)."""
+    (`gcs:` and `s3:`, each with the Secret of its credentials) and how hard it retries
+    (`retry:`)."""
 
+    gcs: GCSSettings = Field(GCSSettings(), description="Google Cloud Storage: the Secret with a service-account "
+                                                       "key; unset: the pods' own identity (Workload Identity)")
     s3: Optional[S3Settings] = Field(None, description="the S3-compatible store (MinIO, Ceph, AWS S3); unset: no "
                                                        "S3 environment is set")
     retry: Optional[RetrySettings] = Field(

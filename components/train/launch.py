@@ -154,20 +154,46 @@ def job_state(job: dict) -> tuple[str, str]:
 
 TRANSIENT_STATUS = (429, 500, 502, 503, 504)  # the API server busy, restarting or behind a flaky proxy
 API_ATTEMPTS = 8
+API_TIMEOUT = (10.0, 30.0)  # each request: (connect, read) seconds (the kubernetes client's _request_timeout)
+API_DEADLINE = 180.0  # all tries of one call: a retry starts only if it can end by then
 
 
-def with_retries(call, what: str, attempts: Optional[int] = None, first_wait: float = 0.5):
+class TimedApi:
+    """A kubernetes client API object whose every call carries API_TIMEOUT (the client's
+    own per-request `_request_timeout`; without it a request waits for ever on an API server
+    that accepts and never answers), unless the caller gives one."""
+
+    def __init__(self, api, timeout=None):
+        self._api, self._timeout = api, timeout
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._api, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args, **kwargs):
+            kwargs.setdefault("_request_timeout", self._timeout or API_TIMEOUT)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def with_retries(call, what: str, attempts: Optional[int] = None, first_wait: float = 0.5,
+                 deadline: Optional[float] = None):
     """`call()`, tried again with jittered backoff (0.5 s doubling, at most 15 s) when the
-    Kubernetes API answers 429/5xx or the connection breaks or times out; GpupipeError in one
-    line when every try failed. Other answers (404, 409, 403) are the caller's to read."""
+    Kubernetes API answers 429/5xx or the connection breaks or times out, within `attempts`
+    tries and `deadline` seconds (no retry starts that could end later: its wait and one
+    whole request, API_TIMEOUT); GpupipeError in one line when every try failed. Other
+    answers (404, 409, 403) are the caller's to read."""
     import random
 
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
-    attempts = attempts or API_ATTEMPTS
-    why = ""
+    attempts, deadline = attempts or API_ATTEMPTS, deadline or API_DEADLINE
+    started, why, tried = time.monotonic(), "", 0
     for attempt in range(attempts):
+        tried += 1
         try:
             return call()
         except ApiException as err:
@@ -175,11 +201,14 @@ def with_retries(call, what: str, attempts: Optional[int] = None, first_wait: fl
                 raise
             why = f"HTTP {err.status} {err.reason or ''}".strip()
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as err:
-            why = type(err).__name__
-        if attempt + 1 < attempts:
-            time.sleep(random.uniform(0.5, 1.0) * min(first_wait * 2 ** attempt, 15.0))
-    raise GpupipeError(f"training: the Kubernetes API failed {attempts} times while the launcher {what} ({why}); "
-                       "check the API server (kubectl get --raw /readyz) and retry the run")
+            why = type(getattr(err, "reason", None) or err).__name__  # MaxRetryError: what the one try met
+        wait = min(first_wait * 2 ** attempt, 15.0)
+        if attempt + 1 >= attempts or time.monotonic() - started + wait + sum(API_TIMEOUT) > deadline:
+            break
+        time.sleep(random.uniform(0.5, 1.0) * wait)
+    raise GpupipeError(f"training: the Kubernetes API failed {tried} times in {time.monotonic() - started:.0f} s "
+                       f"while the launcher {what} ({why}); check the API server (kubectl get --raw /readyz) and "
+                       "retry the run")
 
 
 def create_or_adopt(api, manifest: dict, group: str, version: str, plural: str, attempts: int = 30) -> bool:
@@ -230,6 +259,7 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
     plural = next(p for g, v, p, k in API.values() if k == manifest["kind"])
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     kind = manifest["kind"]
+    api = api if isinstance(api, TimedApi) else TimedApi(api)
     if create_or_adopt(api, manifest, group, version, plural):
         print(f"created {kind} {namespace}/{name}", flush=True)
     else:
@@ -345,7 +375,9 @@ def kubernetes_api():
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    return client.CustomObjectsApi()
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = 0  # urllib3 tries once: the retries are with_retries', within its deadline
+    return TimedApi(client.CustomObjectsApi(client.ApiClient(configuration)))
 
 
 def current_namespace() -> str:

@@ -27,6 +27,7 @@ from pipelines.cli import (compile_, doctor, examples, init, manifest, pool, pre
                            run, serving)
 from pipelines.cli.common import CONFIG_DIR, storage_environment  # noqa: E402
 from pipelines.cli.compile_ import COMPILED_DIR, compile_to_text, compiled_path  # noqa: E402
+from pipelines.config import ConfigDeprecation  # noqa: E402
 
 __all__ = ["COMPILED_DIR", "CONFIG_DIR", "build_parser", "compile_to_text", "compiled_path", "main"]
 
@@ -45,10 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """A config key that moved is one `warning:` line on stderr; other warnings as Python shows them."""
+    if issubclass(category, ConfigDeprecation):
+        print(f"warning: {message}", file=sys.stderr)
+        return
+    _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     # Libraries' notices about their own future (kfp, google-api-core) are not the user's
     # business on the terminal; errors the user can cause are one line each.
     warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("once", category=ConfigDeprecation)
+    warnings.showwarning = _one_line_warning
     argv = sys.argv[1:] if argv is None else list(argv)
     old = manifest.old_form(argv)
     if old:  # a malformed command line: argparse's exit code

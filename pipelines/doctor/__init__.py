@@ -16,7 +16,7 @@ them, kubernetes/api and apiextensions-apiserver):
   (`--serving kserve`, the default: `gpupipe manifest kserve`).
 - cluster.queue: the LocalQueue in the run's namespace and the ClusterQueue its spec.clusterQueue
   names (`kueue.x-k8s.io/v1beta1`).
-- The Secrets the config names, in the run's namespace: cluster.gcs_credentials_secret,
+- The Secrets the config names, in the run's namespace: storage.gcs.credentials_secret,
   cluster.image_pull_secrets, storage.s3.credentials_secret, notify.webhook_secret. Asked for as
   PartialObjectMetadata (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`):
   the API server sends the metadata only, never the data.

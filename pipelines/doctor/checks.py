@@ -185,8 +185,8 @@ def named_secrets(config) -> List[Tuple[str, List[str]]]:
     """(Secret name, the config keys naming it), in the config's order."""
     pairs = []
     c = config.cluster
-    if c.gcs_credentials_secret:
-        pairs.append((c.gcs_credentials_secret, "cluster.gcs_credentials_secret"))
+    if config.storage.gcs.credentials_secret:
+        pairs.append((config.storage.gcs.credentials_secret, "storage.gcs.credentials_secret"))
     pairs += [(name, "cluster.image_pull_secrets") for name in c.image_pull_secrets]
     if config.storage.s3 and config.storage.s3.credentials_secret:
         pairs.append((config.storage.s3.credentials_secret, "storage.s3.credentials_secret"))
@@ -202,8 +202,8 @@ def _create_secret(config, name: str, key: str, namespace: str) -> str:
     """The kubectl command that creates the Secret `key` names, with placeholders for the values."""
     from components.notify.settings import WEBHOOK_SECRET_KEY
 
-    if key == "cluster.gcs_credentials_secret":
-        data = f"--from-file={config.cluster.gcs_credentials_key}=sa-key.json"
+    if key == "storage.gcs.credentials_secret":
+        data = f"--from-file={config.storage.gcs.credentials_key}=sa-key.json"
     elif key == "cluster.image_pull_secrets":
         server = config.images.registry.split("/")[0] if config.images.registry else "REGISTRY"
         return (f"kubectl -n {namespace} create secret docker-registry {name} --docker-server={server} "

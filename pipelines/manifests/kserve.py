@@ -9,6 +9,7 @@ from typing import Optional
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import restricted_container_security
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from components.contracts.storage import schemes
 from pipelines.config import PipelineConfig
 from pipelines.manifests.common import (fixed_replicas, object_metadata, s3_settings, served_base, server_batching,
                                        server_placement, server_resources)
@@ -18,7 +19,7 @@ KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secr
 
 def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
     """The serving base KServe's storage initializer reads (a URI, not a local path)."""
-    return served_base(config, serving_base, ("gs://", "s3://", "pvc://"),
+    return served_base(config, serving_base, schemes.served_by("kserve"),
                         "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (or pvc://)")
 
 
@@ -180,7 +181,7 @@ def kserve_service_account_name(config: PipelineConfig, base: str) -> Optional[s
         return srv.service_account
     if base.startswith("s3://") and s3_settings(config).credentials_secret:
         return f"{srv.model_name}-s3"
-    if base.startswith("gs://") and config.cluster.gcs_credentials_secret:
+    if base.startswith("gs://") and config.storage.gcs.credentials_secret:
         return f"{srv.model_name}-gcs"
     return None
 
@@ -192,24 +193,24 @@ KSERVE_GCS_KEY = "gcloud-application-credentials.json"
 
 
 def kserve_gcs_access(config: PipelineConfig, serving_base: str = "") -> tuple:
-    """What KServe needs to download a private gs:// release with cluster.gcs_credentials_secret:
+    """What KServe needs to download a private gs:// release with storage.gcs.credentials_secret:
     ([the ServiceAccount listing that Secret], [lines for the user]). KServe reads the key file
-    only under KSERVE_GCS_KEY; a Secret holding it under another name (gcs_credentials_key,
+    only under KSERVE_GCS_KEY; a Secret holding it under another name (storage.gcs.credentials_key,
     key.json by default) gets the kubectl line that adds it. Nothing with serving.service_account
     (Workload Identity: bind that account to a Google service account that reads the bucket)."""
     base = kserve_base(config, serving_base)
-    secret = config.cluster.gcs_credentials_secret
+    secret = config.storage.gcs.credentials_secret
     if not base.startswith("gs://") or not secret or config.serving.service_account:
         return [], []
     name = kserve_service_account_name(config, base)
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": object_metadata(config, name),
                "secrets": [{"name": secret}]}
     lines = []
-    if config.cluster.gcs_credentials_key != KSERVE_GCS_KEY:
+    if config.storage.gcs.credentials_key != KSERVE_GCS_KEY:
         where = f" -n {config.serving.namespace}" if config.serving.namespace else ""
         lines.append(f"note: KServe reads the key file {KSERVE_GCS_KEY} of Secret {secret}, which holds it as "
-                     f"{config.cluster.gcs_credentials_key}: create it with both keys, e.g. kubectl{where} create "
-                     f"secret generic {secret} --from-file={config.cluster.gcs_credentials_key}=sa-key.json "
+                     f"{config.storage.gcs.credentials_key}: create it with both keys, e.g. kubectl{where} create "
+                     f"secret generic {secret} --from-file={config.storage.gcs.credentials_key}=sa-key.json "
                      f"--from-file={KSERVE_GCS_KEY}=sa-key.json (or serve with Workload Identity: "
                      "serving.service_account)")
     return [account], lines

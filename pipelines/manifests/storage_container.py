@@ -15,6 +15,7 @@ from __future__ import annotations
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import restricted_container_security
 from components.contracts.settings import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from components.contracts.storage import schemes
 from components.store.base import RELEASES_DIR, ServingStore
 from pipelines.config import PipelineConfig
 from pipelines.manifests.common import object_labels, s3_settings, served_base
@@ -46,7 +47,7 @@ def storage_container_base(config: PipelineConfig, serving_base: str = "") -> st
         raise GpupipeError(f"manifest kserve --restricted: serving base {base} is a PVC, which KServe mounts into the "
                            "predictor with no storage-initializer to secure; drop --restricted, or serve from gs:// or "
                            "s3:// (--serving-base)")
-    return served_base(config, serving_base, ("gs://", "s3://"),
+    return served_base(config, serving_base, schemes.downloaded_by("kserve"),
                        "KServe serves no local path: pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH")
 
 
@@ -89,7 +90,7 @@ def storage_initializer_env(config: PipelineConfig, base: str) -> list:
     """The credentials the InferenceService's storage initializer already gets from the
     predictor's ServiceAccount (kserve_s3_access, kserve_gcs_access): for an s3:// base with
     storage.s3.credentials_secret, the keys and the Secret's s3-* annotations as environment;
-    for a gs:// base with cluster.gcs_credentials_secret (no Workload Identity), the key file
+    for a gs:// base with storage.gcs.credentials_secret (no Workload Identity), the key file
     KServe mounts from it. Nothing else: the pods' own identity (IRSA, Workload Identity)."""
     if base.startswith("s3://"):
         s3 = s3_settings(config)
@@ -97,7 +98,7 @@ def storage_initializer_env(config: PipelineConfig, base: str) -> list:
             return []
         return kserve_s3_env(kserve_s3_annotations(config), s3.credentials_secret, s3.access_key_key,
                              s3.secret_key_key)
-    if config.cluster.gcs_credentials_secret and not config.serving.service_account:
+    if config.storage.gcs.credentials_secret and not config.serving.service_account:
         return [{"name": GCS_CREDENTIALS_ENV, "value": GCS_CREDENTIALS_DIR + KSERVE_GCS_KEY}]
     return []
 

@@ -5,6 +5,7 @@ file system environment and the batching and monitoring text protos.
 from __future__ import annotations
 
 from components.contracts.errors import GpupipeError
+from components.contracts.storage import schemes
 from components.contracts.pods import (TMP_MOUNT, TMP_VOLUME, restricted_container_security,
                                        restricted_pod_security)
 from pipelines.config import PipelineConfig
@@ -71,7 +72,7 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
     without a restart), a Service (gRPC 8500, REST 8501) and, when max_replicas >
     min_replicas, a HorizontalPodAutoscaler."""
     srv, cluster = config.serving, config.cluster
-    base = served_base(config, serving_base, ("gs://", "s3://"),
+    base = served_base(config, serving_base, schemes.served_by("tfserving"),
                         "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (TF Serving reads models.config and "
                         "the versions from it)")
     scaling = srv.autoscaling
@@ -96,11 +97,12 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
                {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TFSERVING_TMP_LIMIT}}]
     if base.startswith("s3://"):
         env += tf_serving_s3_env(config)
-    elif cluster.gcs_credentials_secret:
+    elif config.storage.gcs.credentials_secret:
         key_dir = "/var/secrets/gcs"
-        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{cluster.gcs_credentials_key}"})
+        gcs = config.storage.gcs
+        env.append({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{key_dir}/{gcs.credentials_key}"})
         mounts.append({"name": "gcs-key", "mountPath": key_dir, "readOnly": True})
-        volumes.append({"name": "gcs-key", "secret": {"secretName": cluster.gcs_credentials_secret}})
+        volumes.append({"name": "gcs-key", "secret": {"secretName": gcs.credentials_secret}})
     container = {
         "name": "tfserving", "image": tf_serving_image(config),
         "args": args,

@@ -13,6 +13,7 @@ import urllib.request
 from typing import Optional
 from urllib.parse import urlparse
 
+from components.contracts.compat.kfp import kfp_client_with_deadlines
 from components.contracts.errors import GpupipeError
 from pipelines.remote.auth import TOKEN_ENV, TOKEN_FILE_ENV, auth_token, kfp_token
 
@@ -114,4 +115,4 @@ def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[
     host = check_host(host)
     token = auth_token(iap_client_id)
     check_kfp_version(host, check_reachable(host, token=token))
-    return kfp.Client(host=host, namespace=namespace, existing_token=token)
+    return kfp_client_with_deadlines(kfp.Client(host=host, namespace=namespace, existing_token=token))

@@ -13,6 +13,8 @@ appears outside this package.
   SubprocessRunner's task handler, looked up when each task starts); and kfp's executor
   command (`EXECUTOR_MODULE`, `EXECUTOR_ENV` with its private `_KFP_RUNTIME`, the flags,
   `executor_argument`), which the warm task start and the local task cache read;
+  `kfp_client_with_deadlines` (kfp.Client's requests carry no timeout unless given one: every
+  request of the Client gets a (connect, read) timeout and bounded tries);
 - `compat.tensorflow`: `graph_code_without_autograph` (autograph's conversion rules);
 - `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,

@@ -88,3 +88,40 @@ def kfp_local_task_event(line: str) -> Optional[Tuple[str, Optional[str]]]:
 
 def without_colours(line: str) -> str:
     return _ANSI.sub("", line)
+
+
+KFP_API_TIMEOUT = (10.0, 60.0)  # each request to the KFP API: (connect, read) seconds
+KFP_API_ATTEMPTS = 3  # tries of one request, the first included
+
+
+def kfp_client_with_deadlines(client, timeout: Tuple[float, float] = KFP_API_TIMEOUT,
+                              attempts: int = KFP_API_ATTEMPTS):
+    """`client` (a kfp 2.13 kfp.Client) with every request bounded: kfp_server_api's
+    RESTClientObject sends `_request_timeout=None` unless a call passes one, which urllib3
+    takes as no timeout at all (a KFP API that accepts and never answers holds the command
+    for ever); and urllib3's default of 3 retries becomes `attempts` tries with backoff
+    (0.5 s doubling, at most 10 s); a request that still fails is a GpupipeError, one line
+    naming the KFP API's host and `--host`. Every API of the Client (runs, experiments,
+    pipelines, uploads, health) shares the one ApiClient reached here through the private
+    `_run_api`."""
+    import urllib3
+
+    from components.contracts.errors import GpupipeError
+
+    rest = client._run_api.api_client.rest_client
+    send = rest.request
+
+    def request(method, url, *args, _request_timeout=None, **kwargs):
+        try:
+            return send(method, url, *args, _request_timeout=_request_timeout or timeout, **kwargs)
+        except urllib3.exceptions.HTTPError as err:
+            reason = getattr(err, "reason", None) or err
+            host = "/".join(str(url).split("/")[:3])
+            raise GpupipeError(f"--host {host}: the KFP API did not answer {method} within {attempts} tries of "
+                               f"{timeout[0]:g} s to connect and {timeout[1]:g} s to read ({type(reason).__name__}); "
+                               "check --host, the network and the KFP API server") from None
+
+    rest.request = request
+    rest.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
+        total=attempts - 1, backoff_factor=0.5, backoff_max=10, raise_on_status=False)
+    return client

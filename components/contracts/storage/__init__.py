@@ -5,9 +5,11 @@ through here: data sources, statistics baselines, the trainer's backups, the ser
 (versions, models.config, the state record) and the fingerprint.
 
 Backends (docs/architecture.md, "Storage", says why the SDKs and not fsspec): the local
-disk (`local.py`), google-cloud-storage (`gcs.py`) and boto3 (`s3.py`). Each offers the
-same small set of object operations; what is built from them (mirroring a directory,
-copying a model in whole, deleting a prefix) is written once, here.
+disk (`local.py`), google-cloud-storage (`gcs.py`) and boto3 (`s3.py`). Each implements
+the one contract, `backend.Backend`, in full; what every object store builds the same way
+is written once there (`backend.ObjectStore`), and what is built from the contract
+(mirroring a directory, copying a model in whole) here. The schemes, their backends and
+their credentials' config keys are declared once, in `schemes.py`.
 
 Conditional writes: `read_versioned` returns the bytes and a token (GCS: the generation;
 S3: the ETag; local: inode and mtime), and `write_bytes(..., if_match=token)` writes only
@@ -29,37 +31,15 @@ import glob as _glob
 import io
 import os
 import re
-from dataclasses import dataclass
 from typing import BinaryIO, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import retry
+from components.contracts.storage import retry, schemes
+from components.contracts.storage.backend import ABSENT, ANY, Backend, Conflict, Entry, local_files  # noqa: F401
 from components.contracts.storage.retry import StorageError, retries  # noqa: F401 (the layer's API)
 
-REMOTE_SCHEMES = ("gs://", "s3://", "minio://")
+REMOTE_SCHEMES = schemes.REMOTE
 GLOB_CHARS = re.compile(r"[*?\[]")
-
-
-class Conflict(Exception):
-    """The object changed (or appeared) between this read and this conditional write."""
-
-
-class _Absent:
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()  # the token of an object that does not exist: a write with it is create-only
-ANY = None  # no precondition
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One file or object: its full URI, size in bytes and a stamp that changes when its
-    content does (mtime locally, the generation on GCS, the ETag on S3)."""
-    uri: str
-    size: int
-    stamp: str
 
 
 def is_remote(uri: str) -> bool:
@@ -82,7 +62,7 @@ def _classified(uri: str, classify, call, *args, **kwargs):
         except (Conflict, GpupipeError):
             raise
         except Exception as err:
-            classified = classify(err, uri)
+            classified = classify(err, getattr(err, "storage_uri", uri))
             if classified is None:
                 raise
             raise classified from err
@@ -150,23 +130,17 @@ class _Classified:
 
 
 @functools.lru_cache(maxsize=None)
-def _backend(kind: str):
-    if kind == "gs":
-        from components.contracts.storage import gcs as module
-    elif kind == "s3":
-        from components.contracts.storage import s3 as module
-    else:
-        from components.contracts.storage import local as module
+def _backend(module_name: str):
+    import importlib
+
+    module = importlib.import_module(f"components.contracts.storage.{module_name}")  # only the SDK a URI needs
     return _Classified(module.BACKEND, module.classify)
 
 
 def backend(uri: str):
     """The backend for `uri`'s scheme (local for a path), its faults classified."""
-    if uri.startswith("gs://"):
-        return _backend("gs")
-    if uri.startswith(("s3://", "minio://")):
-        return _backend("s3")
-    return _backend("local")
+    declared = schemes.of(uri)
+    return _backend(declared.backend if declared is not None and declared.backend else "local")
 
 
 def split(uri: str) -> Tuple[str, str]:
@@ -287,13 +261,6 @@ def download_file(uri: str, local_path: str) -> None:
 
 
 # -- directories --------------------------------------------------------------------------
-def _local_files(local_dir: str, last: str = "") -> List[str]:
-    """The files under `local_dir` (relative, `/`-separated), the one named `last` at the end."""
-    files = [os.path.relpath(os.path.join(d, n), local_dir).replace(os.sep, "/")
-             for d, _, names in os.walk(local_dir) for n in names]
-    return sorted(files, key=lambda rel: (os.path.basename(rel) == last, rel))
-
-
 def download_prefix(uri: str, into: str) -> int:
     """Every object under the prefix `uri`, into the local directory `into` (same relative
     paths). Returns how many."""
@@ -308,7 +275,7 @@ def upload_tree(local_dir: str, uri: str, last: str = "") -> None:
     one named `last` after all others, so a reader that goes by it never sees it before what
     it names), then deletes the objects that are no longer there."""
     before = list_prefix(uri)
-    files = _local_files(local_dir, last)
+    files = local_files(local_dir, last)
     for rel in files:
         upload_file(os.path.join(local_dir, *rel.split("/")), join(uri, rel))
     kept = {join(uri, rel) for rel in files}
@@ -322,23 +289,13 @@ def put_tree(local_dir: str, target: str, last: str) -> None:
     it is staged beside and renamed; on an object store every file is uploaded before the
     one named `last` (a reader that goes by `last`, as TF Serving goes by saved_model.pb,
     never sees a part)."""
-    b = backend(target)
-    if hasattr(b, "put_tree"):
-        b.put_tree(local_dir, target)
-        return
-    for rel in _local_files(local_dir, last):
-        upload_file(os.path.join(local_dir, *rel.split("/")), join(target, rel))
+    backend(target).put_tree(local_dir, target, last)
 
 
 def delete_prefix(uri: str, first: str = "") -> None:
     """Deletes everything under `uri`: the file named `first` before the others (so it stops
     counting at once); on a disk the directory is renamed away first, so it goes whole."""
-    b = backend(uri)
-    if hasattr(b, "delete_tree"):
-        b.delete_tree(uri)
-        return
-    for entry in sorted(list_prefix(uri), key=lambda e: basename(e.uri) != first):
-        delete(entry.uri)
+    backend(uri).delete_tree(uri, first)
 
 
 def makedirs(uri: str) -> None:

@@ -18,12 +18,13 @@ is left into one-line StorageErrors."""
 from __future__ import annotations
 
 import functools
-import io
 import os
+import time
 import uuid
-from typing import BinaryIO, List, Optional
+from typing import List, Optional
 
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
+from components.contracts.storage import retry, schemes, split
+from components.contracts.storage.backend import ABSENT, ANY, Conflict, Entry, ObjectStore
 from components.contracts.storage.retry import StorageError
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
@@ -59,9 +60,13 @@ def _retry(uri: str):
 
     p = retry.policy()
     tries = [1]
+    op = retry.current()
+    started = op.started if op is not None else time.monotonic()
 
     def transient(err) -> bool:
         if not should_retry(err) or tries[0] >= p.attempts:
+            return False
+        if not retry.another_try_fits(started, min(retry.INITIAL_BACKOFF * 2 ** (tries[0] - 1), retry.MAX_BACKOFF)):
             return False
         tries[0] += 1
         retry.note_retry("gs", uri, _fault(err), tries[0], p.attempts)
@@ -92,38 +97,9 @@ def _media(uri: str, call, *args, **kwargs):
     return _retry(uri)(call)(*args, retry=None, timeout=(p.connect_timeout, p.read_timeout), **kwargs)
 
 
-class _RangeReader(io.RawIOBase):
-    """A seekable read-only view of one generation of an object, by ranged downloads."""
+class GCSBackend(ObjectStore):
+    READ_CHUNK = READ_CHUNK
 
-    def __init__(self, uri: str, size: int, generation: str):
-        self.uri, self.size, self.pos = uri, size, 0
-        self.generation = int(generation) if generation.isdigit() else None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        if self.pos >= self.size or not len(buffer):
-            return 0
-        end = min(self.pos + len(buffer), self.size) - 1
-        data = _media(self.uri, _blob(self.uri).download_as_bytes, start=self.pos, end=end,
-                      if_generation_match=self.generation)
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
-class GCSBackend:
     def stat(self, uri: str) -> Optional[Entry]:
         bucket, name = split(uri)
         if not name:
@@ -137,12 +113,16 @@ class GCSBackend:
         return [Entry(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation or ""))
                 for b in client().list_blobs(bucket, prefix=prefix, **_kw(uri_prefix)) if not b.name.endswith("/")]
 
-    def list(self, uri: str) -> List[Entry]:
-        return self.scan(uri.rstrip("/") + "/")
+    def read_range(self, entry: Entry, start: int, end: int) -> bytes:
+        """Of the generation `entry` names (a 412 if it was replaced since)."""
+        from google.api_core.exceptions import PreconditionFailed
 
-    def open_read(self, entry: Entry) -> BinaryIO:
-        """A seekable stream of the generation `entry` names (its size from the listing or stat)."""
-        return io.BufferedReader(_RangeReader(entry.uri, entry.size, entry.stamp), buffer_size=READ_CHUNK)
+        generation = int(entry.stamp) if entry.stamp.isdigit() else None
+        try:
+            return _media(entry.uri, _blob(entry.uri).download_as_bytes, start=start, end=end,
+                          if_generation_match=generation)
+        except PreconditionFailed:
+            raise Conflict(entry.uri) from None
 
     def read_versioned(self, uri: str):
         from google.api_core.exceptions import NotFound, PreconditionFailed
@@ -245,8 +225,9 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if isinstance(err, auth.DefaultCredentialsError):
         return StorageError(retry.CREDENTIALS_MISSING, uri, (
             f"{uri}: no Google credentials found; set {CREDENTIALS_ENV} to a service-account key file (on a "
-            "workstation: `gcloud auth application-default login`), or in the cluster give the pods' Kubernetes "
-            f"service account a Google service account (Workload Identity) with roles/storage.objectAdmin on {bucket}"))
+            "workstation: `gcloud auth application-default login`), or in the cluster name a Secret holding one in "
+            f"{schemes.of('gs://').credentials_key}, or give the pods' Kubernetes service account a Google service "
+            f"account (Workload Identity) with roles/storage.objectAdmin on {bucket}"))
     if isinstance(err, auth.RefreshError) or isinstance(err, api.Unauthorized):
         return StorageError(retry.CREDENTIALS_REFUSED, uri, (
             f"{uri}: the Google credentials were refused ({_reason(err)}); renew the key file {CREDENTIALS_ENV} "
@@ -275,6 +256,7 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
     if transport or isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError,
                                      requests.exceptions.ChunkedEncodingError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}); check the network and the "
-            f"endpoint ({EMULATOR_ENV} for an emulator), or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {_endpoint()}{after} ({retry.connection_reason(err)}){retry.deadline_note(err)}; "
+            f"check the network and the endpoint ({EMULATOR_ENV} for an emulator), or raise "
+            f"{retry.keys_to_raise(err)}"))
     return None

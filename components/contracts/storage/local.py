@@ -13,7 +13,7 @@ import uuid
 from typing import BinaryIO, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry
+from components.contracts.storage.backend import ABSENT, ANY, Backend, Conflict, Entry
 from components.contracts.storage.retry import PERMISSION_DENIED, StorageError
 
 LOCK_FILE = ".gpupipe.lock"
@@ -34,7 +34,7 @@ def _locked(directory: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     def stat(self, uri: str) -> Optional[Entry]:
         try:
             st = os.stat(uri)
@@ -49,6 +49,19 @@ class LocalBackend:
                 if n != LOCK_FILE:
                     found.append(self.stat(os.path.join(d, n)))
         return [e for e in found if e is not None]
+
+    def scan(self, uri_prefix: str) -> List[Entry]:
+        """The files whose path starts with the prefix: those under its directory whose
+        path (below it) begins with the rest."""
+        head = uri_prefix if uri_prefix.endswith(os.sep) else os.path.dirname(uri_prefix)
+        return [e for e in self.list(head or ".") if e.uri.startswith(uri_prefix)]
+
+    def read_range(self, entry: Entry, start: int, end: int) -> bytes:
+        with open(entry.uri, "rb") as f:
+            if str(os.fstat(f.fileno()).st_mtime_ns) != entry.stamp:
+                raise Conflict(entry.uri)
+            f.seek(start)
+            return f.read(end - start + 1)
 
     def open_read(self, entry: Entry) -> BinaryIO:
         return open(entry.uri, "rb")
@@ -106,7 +119,7 @@ class LocalBackend:
     def download_file(self, uri: str, local_path: str) -> None:
         shutil.copyfile(uri, local_path)
 
-    def put_tree(self, local_dir: str, target: str) -> None:
+    def put_tree(self, local_dir: str, target: str, last: str = "") -> None:
         parent = os.path.dirname(os.path.abspath(target))
         os.makedirs(parent, exist_ok=True)
         staging = os.path.join(parent, f".staging-{uuid.uuid4().hex}")
@@ -121,7 +134,7 @@ class LocalBackend:
             if os.path.exists(staging):
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def delete_tree(self, uri: str) -> None:
+    def delete_tree(self, uri: str, first: str = "") -> None:
         if not os.path.exists(uri):
             return
         trash = os.path.join(os.path.dirname(os.path.abspath(uri)), f".deleting-{uuid.uuid4().hex}")

@@ -4,11 +4,15 @@ Transient faults (429, 5xx, a reset connection, a timeout) are retried by the cl
 own machinery: google-cloud-storage's `Retry` (exponential backoff with jitter, its own
 predicate of what is transient; conditional writes are retried because a generation
 precondition makes a replay safe) and botocore's `standard` retry mode (the same, with a
-retry quota). Both are bounded by `attempts` (tries per request, the first included);
-GCS also by `deadline_seconds` for all tries of one request; every try by the connect and
-read timeouts. The bounds come from the config's `storage.retry` section
-(components/contracts/settings.py: RetrySettings), which renders the variables below into
-every task's environment; unset, the defaults here.
+retry quota). Both are bounded by `attempts` (tries per request, the first included), every
+try by the connect and read timeouts (the read timeout at most the deadline), and all tries
+of one storage operation by `deadline_seconds`: a retry is started only if it can end in
+time (`another_try_fits`: the time spent, the longest backoff before it and one whole try
+within the deadline), so an endpoint that accepts connections and never answers fails the
+operation within the deadline, in one line naming the endpoint and the keys to change.
+The bounds come from the config's `storage.retry` section (components/contracts/settings.py:
+RetrySettings), which renders the variables below into every task's environment; unset,
+the defaults here.
 
 Every retry is counted (`retries()`) and logged on the `gpupipe.storage` logger (a task's
 run.log: components/contracts/errors.py `reports_errors` shows it there; the terminal of a
@@ -83,10 +87,32 @@ def _number(name: str, default: float, kind=float):
 
 def policy() -> Policy:
     """The bounds in effect (read from the environment each time: cheap, and a test or a
-    task may change them)."""
-    return Policy(int(_number(ATTEMPTS_ENV, DEFAULT_ATTEMPTS, int)), _number(DEADLINE_ENV, DEFAULT_DEADLINE),
-                  _number(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT),
-                  _number(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT))
+    task may change them). No single try outlasts the deadline: both timeouts at most it."""
+    deadline = _number(DEADLINE_ENV, DEFAULT_DEADLINE)
+    return Policy(int(_number(ATTEMPTS_ENV, DEFAULT_ATTEMPTS, int)), deadline,
+                  min(_number(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT), deadline),
+                  min(_number(READ_TIMEOUT_ENV, DEFAULT_READ_TIMEOUT), deadline))
+
+
+def another_try_fits(started: float, backoff: float) -> bool:
+    """Whether a retry after up to `backoff` seconds, and its whole try (connect and read
+    timeouts), still ends within the deadline of an operation begun at `started`
+    (time.monotonic()). False is noted on the operation in progress, for its message."""
+    p = policy()
+    fits = time.monotonic() - started + backoff + p.connect_timeout + p.read_timeout <= p.deadline
+    op = current()
+    if not fits and op is not None:
+        op.out_of_time = True
+    return fits
+
+
+def deadline_note(err: BaseException) -> str:
+    """'; storage.retry.deadline_seconds (2 s) left no time for another try' when that is
+    why the operation that raised `err` stopped retrying, else ''."""
+    op = current()
+    if not getattr(err, "storage_out_of_time", False) and not (op is not None and op.out_of_time):
+        return ""
+    return f"; storage.retry.deadline_seconds ({policy().deadline:g} s) left no time for another try"
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -112,14 +138,20 @@ class operation:
 
     def __init__(self, uri: str):
         self.uri, self.retries, self.started = uri, 0, time.monotonic()
+        self.out_of_time = False
 
     def __enter__(self):
         self.outer = getattr(_current, "op", None)
         _current.op = self
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, err, tb):
         _current.op = self.outer
+        if err is not None and not hasattr(err, "storage_uri"):
+            try:  # the innermost object a failure is about (one file of a tree), for its message
+                err.storage_uri, err.storage_out_of_time = self.uri, self.out_of_time
+            except AttributeError:
+                pass
         return False
 
     @property
@@ -139,6 +171,15 @@ def note_retry(scheme: str, uri: str, reason: str, attempt: int, attempts: int) 
     if op is not None:
         op.retries += 1
     log.warning("storage: %s: %s; try %d of %d", uri, " ".join(str(reason).split())[:200], attempt, attempts)
+
+
+def keys_to_raise(err: BaseException) -> str:
+    """The storage.retry keys that give an unreachable endpoint more time: the timeouts and
+    the deadline when a try timed out or the deadline stopped the retries, else the attempts."""
+    timed_out = "timed out" in connection_reason(err) or "timeout" in connection_reason(err)
+    if timed_out or deadline_note(err):
+        return "storage.retry.read_timeout_seconds and storage.retry.deadline_seconds"
+    return "storage.retry.attempts"
 
 
 def tries_so_far() -> str:

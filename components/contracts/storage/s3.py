@@ -32,16 +32,16 @@ StorageErrors.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import random
 import time
 import uuid
-from typing import BinaryIO, List, Optional
+from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
-from components.contracts.storage import ABSENT, ANY, Conflict, Entry, retry, split
+from components.contracts.storage import retry, schemes, split
+from components.contracts.storage.backend import ABSENT, ANY, Conflict, Entry, ObjectStore
 from components.contracts.storage.retry import StorageError
 
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"
@@ -72,15 +72,18 @@ def _count_retry(request, **_):
     """botocore's request-created event: a try after the first is a retry."""
     tries = request.context.get("retries", {})
     attempt = int(tries.get("attempt", 1))
+    request.context.setdefault("gpupipe_started", time.monotonic())  # the first try's start: this request's deadline
     if attempt > 1:
         why = request.context.get("gpupipe_last_fault", "a transient fault")
         op = retry.current()
         retry.note_retry("s3", op.uri if op is not None else request.url, why, attempt, retry.policy().attempts)
 
 
-def _remember_fault(response=None, caught_exception=None, request_dict=None, **_):
+def _remember_fault(response=None, caught_exception=None, request_dict=None, attempts=1, **_):
     """botocore's needs-retry event (before its retry handler decides): what went wrong, for
-    the log line of the retry."""
+    the log line of the retry; and False (no retry: botocore takes the first answer that is
+    not None) when another try would not end within storage.retry.deadline_seconds of the
+    storage operation's start (of this request's, outside one: s3transfer's threads)."""
     if request_dict is None:
         return None
     if caught_exception is not None:
@@ -89,7 +92,12 @@ def _remember_fault(response=None, caught_exception=None, request_dict=None, **_
         why = f"HTTP {response[0].status_code} {response[1].get('Error', {}).get('Code', '')}".strip()
     else:
         return None
-    request_dict["context"]["gpupipe_last_fault"] = why
+    context = request_dict["context"]
+    context["gpupipe_last_fault"] = why
+    op = retry.current()
+    started = op.started if op is not None else context.get("gpupipe_started", time.monotonic())
+    if attempts < retry.policy().attempts and not retry.another_try_fits(started, min(2.0 ** (attempts - 1), 20.0)):
+        return False
     return None
 
 
@@ -130,36 +138,6 @@ def _missing(err) -> bool:
     return _status(err) == 404 or _code(err) in ("NoSuchKey", "404", "NotFound")
 
 
-class _RangeReader(io.RawIOBase):
-    """A seekable read-only view of one object by HTTP Range requests (Parquet seeks)."""
-
-    def __init__(self, uri: str, size: int):
-        self.uri, self.size, self.pos = uri, size, 0
-        self.bucket, self.key = split(uri)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        if self.pos >= self.size or not len(buffer):
-            return 0
-        end = min(self.pos + len(buffer), self.size) - 1
-        data = _get_body(self.uri, Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{end}")[0]
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def _streaming_errors() -> tuple:
     from botocore.exceptions import (ConnectionClosedError, IncompleteReadError, ReadTimeoutError,
                                      ResponseStreamingError)
@@ -177,15 +155,19 @@ def _get_body(uri: str, **request) -> tuple:
         try:
             return got["Body"].read(), got["ETag"]
         except _streaming_errors() as err:
-            if attempt == attempts:
+            backoff = min(retry.MAX_BACKOFF, retry.INITIAL_BACKOFF * 2 ** (attempt - 1))
+            op = retry.current()
+            if attempt == attempts or (op is not None and not retry.another_try_fits(op.started, backoff)):
                 raise
             retry.note_retry("s3", uri, f"the body broke while streaming ({type(err).__name__}: {err})",
                              attempt + 1, attempts)
-            time.sleep(min(retry.MAX_BACKOFF, retry.INITIAL_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.5, 1))
+            time.sleep(backoff * random.uniform(0.5, 1))
     raise AssertionError("unreachable")
 
 
-class S3Backend:
+class S3Backend(ObjectStore):
+    READ_CHUNK = READ_BLOCK
+
     def stat(self, uri: str) -> Optional[Entry]:
         bucket, key = split(uri)
         if not key:
@@ -208,12 +190,15 @@ class S3Backend:
                       for o in page.get("Contents", []) if not o["Key"].endswith("/")]
         return found
 
-    def list(self, uri: str) -> List[Entry]:
-        return self.scan(uri.rstrip("/") + "/")
-
-    def open_read(self, entry: Entry) -> BinaryIO:
-        """A seekable stream of the object `entry` (its size from the listing or stat)."""
-        return io.BufferedReader(_RangeReader(entry.uri, entry.size), buffer_size=READ_BLOCK)
+    def read_range(self, entry: Entry, start: int, end: int) -> bytes:
+        """Of the object `entry` names (412 if its ETag changed since)."""
+        bucket, key = split(entry.uri)
+        try:
+            return _get_body(entry.uri, Bucket=bucket, Key=key, Range=f"bytes={start}-{end}", IfMatch=entry.stamp)[0]
+        except _errors() as err:
+            if _status(err) == 412 or _code(err) == "PreconditionFailed":
+                raise Conflict(entry.uri) from None
+            raise
 
     def read_versioned(self, uri: str):
         bucket, key = split(uri)
@@ -321,7 +306,8 @@ _REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "Inva
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
               "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504", "429"}
 _KEYS_FIX = (f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (in the cluster: the keys of the Kubernetes Secret "
-             "storage.s3.credentials_secret names; on EKS without keys: an IAM role for the pods' service account)")
+             f"{schemes.of('s3://').credentials_key} names; on EKS without keys: an IAM role for the pods' service "
+             "account)")
 
 
 def classify(err: BaseException, uri: str) -> Optional[StorageError]:
@@ -359,8 +345,8 @@ def classify(err: BaseException, uri: str) -> Optional[StorageError]:
                         bx.ConnectionClosedError, bx.ProxyConnectionError, bx.HTTPClientError,
                         bx.ResponseStreamingError, bx.IncompleteReadError)):
         return StorageError(retry.UNREACHABLE, uri, (
-            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}); check storage.s3.endpoint "
-            f"({ENDPOINT_ENV}) and the network, or raise storage.retry.attempts"))
+            f"{uri}: cannot reach {where}{after} ({retry.connection_reason(err)}){retry.deadline_note(err)}; check "
+            f"storage.s3.endpoint ({ENDPOINT_ENV}) and the network, or raise {retry.keys_to_raise(err)}"))
     import boto3.exceptions
 
     if isinstance(err, boto3.exceptions.S3UploadFailedError):  # upload_file wraps the ClientError in text
