@@ -3,9 +3,9 @@
 
   gpupipe       ingest's shards (encoded bytes, header-checked) read by components.train.data's
                 make_dataset as training reads them: parsed and decoded in parallel, the decoded
-                uint8 images cached in memory in the first epoch, reordered, batched, augmented
+                uint8 images cached in memory in the first epoch, reordered, augmented, batched
   keras         tf_keras.utils.image_dataset_from_directory (one file read per image, decoded
-                and resized to float32, batched) plus the same augmentation map
+                and resized to float32) plus the same augmentation map, batched
   keras+cache   the same with .cache() after the directory dataset (float32 images in memory),
                 what a careful hand-written script adds
 
@@ -134,15 +134,16 @@ def run_pipeline(name: str, workdir: str, epochs: int) -> dict:
                                repeat=True, cache=CACHE_MEMORY)
     else:
         from components.kinds.image import ImageFeature
-        from components.kinds.image_ops import augment_images
+        from components.kinds.image_ops import augment_image
 
         spec = ImageFeature(name="image", height=SIZE, width=SIZE, channels=3, augment=AUGMENT)
-        ds = tf_keras.utils.image_dataset_from_directory(folder, image_size=(SIZE, SIZE), batch_size=BATCH,
+        # batch_size None: one image at a time, so the same per-image map as gpupipe's, then batched
+        ds = tf_keras.utils.image_dataset_from_directory(folder, image_size=(SIZE, SIZE), batch_size=None,
                                                           shuffle=True, seed=1, label_mode="int")
         if name == "keras+cache":
             ds = ds.cache()
-        ds = ds.map(lambda x, y: (augment_images(x, spec, True), y), num_parallel_calls=tf.data.AUTOTUNE)
-        dataset = ds.repeat().prefetch(tf.data.AUTOTUNE)
+        ds = ds.map(lambda x, y: (augment_image(x, spec, True), y), num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = ds.batch(BATCH).repeat().prefetch(tf.data.AUTOTUNE)
     result = {"pipeline": name, "images": count, "epochs": _epochs(dataset, math.ceil(count / BATCH), epochs)}
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
