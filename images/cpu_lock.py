@@ -1,6 +1,9 @@
-"""Writes requirements-cpu.lock, the CPU image's lock, from requirements.lock, and takes the
-test tools out of requirements-gpu.lock, the GPU image's lock (uv resolves it from
-requirements-gpu.in, which includes requirements.in's test tools):
+"""Derives the locks from the ones uv resolves: requirements.lock, requirements-hashed.lock's
+pins without their hashes (pip takes it as constraints, `pip install -c requirements.lock .`,
+where it refuses hashes for a source directory); requirements-cpu.lock, the CPU image's lock,
+from requirements-hashed.lock; and takes the test tools out of requirements-gpu.lock, the GPU
+image's lock (uv resolves it from requirements-gpu.in, which includes requirements.in's test
+tools):
 
 - `tensorflow` becomes `tensorflow-cpu` of the same version (the same ops without the CUDA
   kernels: about 0.75 GB less installed);
@@ -9,7 +12,7 @@ requirements-gpu.in, which includes requirements.in's test tools):
 
 Every other pin and hash is copied as it is, so the image runs the versions the tests ran.
 
-    python images/cpu_lock.py      (./dev lock runs it after re-resolving requirements.lock)
+    python images/cpu_lock.py      (./dev lock runs it after re-resolving requirements-hashed.lock)
 
 The wheel's hash is pip's own (`pip download`, then `pip hash`) for CPython 3.11 on
 manylinux x86_64, the images' one platform.
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_ONLY = ("pytest", "pytest-xdist", "gcp-storage-emulator", "kubernetes-validate", "moto", "flask", "flask-cors",
              "mkdocs", "mkdocs-material",
              "lightgbm", "statsmodels")
+HASHES = re.compile(r" \\\n(?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+")
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-]*)(?:\[[^\]]*\])?==\S+ \\\n(?:    .*\n)+", re.M)
 
 
@@ -50,6 +54,14 @@ def dropped(lock_text: str) -> set:
         if not more:
             return gone
         gone |= more
+
+
+def unhashed(lock_text: str) -> str:
+    """`lock_text` with each pin's hashes taken out, its pins and `# via` lines as they are."""
+    body = HASHES.sub("\n", lock_text.split("\n", 2)[2])
+    return ("# requirements-hashed.lock without its hashes, written by images/cpu_lock.py (./dev lock):\n"
+            "# the same pins, for pip install -c requirements.lock . (pip takes no hashes for a source directory)\n"
+            + body)
 
 
 def cpu_lock(lock_text: str, tf_cpu_hashes: List[str]) -> str:
@@ -86,7 +98,8 @@ def wheel_hashes(version: str) -> List[str]:
 
 
 if __name__ == "__main__":
-    text = (ROOT / "requirements.lock").read_text()
+    text = (ROOT / "requirements-hashed.lock").read_text()
+    (ROOT / "requirements.lock").write_text(unhashed(text))
     version = entries(text)["tensorflow"].group(0).split("==", 1)[1].split()[0]
     (ROOT / "requirements-cpu.lock").write_text(cpu_lock(text, wheel_hashes(version)))
     print("requirements-cpu.lock: dropped " + ", ".join(sorted(dropped(text))))

@@ -101,7 +101,7 @@ def test_the_cpu_image_lock_is_the_lock_with_tensorflow_cpu_and_without_the_test
     spec = importlib.util.spec_from_file_location("cpu_lock", ROOT / "images" / "cpu_lock.py")
     cpu_lock = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cpu_lock)
-    lock = (ROOT / "requirements.lock").read_text()
+    lock = (ROOT / "requirements-hashed.lock").read_text()
     committed = (ROOT / "requirements-cpu.lock").read_text()
     tf_cpu = cpu_lock.entries(committed)["tensorflow-cpu"].group(0)
     hashes = re.findall(r"sha256:([0-9a-f]{64})", tf_cpu)
@@ -114,11 +114,24 @@ def test_the_cpu_image_lock_is_the_lock_with_tensorflow_cpu_and_without_the_test
     assert all(full[name] == version for name, version in cpu.items() if name != "tensorflow-cpu")
 
 
+def test_the_constraints_lock_is_the_hashed_lock_without_its_hashes():
+    """requirements.lock (`pip install -c requirements.lock .`) pins what requirements-hashed.lock
+    (./dev setup, the CI) pins, name for name and version for version, and carries no hash."""
+    spec = importlib.util.spec_from_file_location("cpu_lock", ROOT / "images" / "cpu_lock.py")
+    cpu_lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cpu_lock)
+    hashed, plain = (ROOT / "requirements-hashed.lock").read_text(), (ROOT / "requirements.lock").read_text()
+    assert plain == cpu_lock.unhashed(hashed), "stale: run python images/cpu_lock.py"
+    pins = lambda text: set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._\-]*==\S+)", text, re.M))  # noqa: E731
+    assert len(pins(hashed)) > 200 and pins(plain) == pins(hashed)
+    assert "--hash" not in plain and hashed.count("--hash=sha256:") >= len(pins(hashed))
+
+
 def test_gpu_lock_agrees_with_the_cpu_lock():
     def pins(name):
         return dict(re.findall(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", (ROOT / name).read_text(), re.M))
 
-    full, cpu_image, gpu = pins("requirements.lock"), pins("requirements-cpu.lock"), pins("requirements-gpu.lock")
+    full, cpu_image, gpu = pins("requirements-hashed.lock"), pins("requirements-cpu.lock"), pins("requirements-gpu.lock")
     # the GPU image holds what the CPU image holds (tensorflow for tensorflow-cpu), at the same pins
     assert {k: v for k, v in cpu_image.items() if k != "tensorflow-cpu" and gpu.get(k) != v} == {}
     assert gpu["tensorflow"] == cpu_image["tensorflow-cpu"] == full["tensorflow"]
@@ -148,7 +161,7 @@ def test_the_cpu_image_can_be_the_beam_workers_sdk_container():
     """data.engine: beam on a remote runner runs gpupipe's code in the workers: the CPU image
     carries Beam's boot program of the locked Beam version and the base image's Python."""
     dockerfile = ROOT / "images" / "cpu" / "Dockerfile"
-    beam = re.search(r"^apache-beam(?:\[[^\]]*\])?==(\S+)", (ROOT / "requirements.lock").read_text(), re.M).group(1)
+    beam = re.search(r"^apache-beam(?:\[[^\]]*\])?==(\S+)", (ROOT / "requirements-hashed.lock").read_text(), re.M).group(1)
     args = global_args(dockerfile)
     python = re.match(r"python:(\d+\.\d+)\.", args["BASE"]).group(1)
     assert args["BEAM_SDK"] == f"apache/beam_python{python}_sdk:{beam}"

@@ -39,7 +39,7 @@ from typing import Dict, Iterator
 from components.contracts.compat.kfp import (kfp_local_subprocess_handler, kfp_local_task_handler,  # noqa: F401
                                              kfp_setters_without_source)
 
-# The versions each workaround here was read and measured on (requirements.lock).
+# The versions each workaround here was read and measured on (requirements-hashed.lock).
 MEASURED_ON = {"kfp": "2.13.0", "tensorflow": "2.16.2", "tf-keras": "2.16.0", "apache-beam": "2.61.0",
                "keras-tuner": "1.4.7", "google-cloud-storage": "2.19.0"}
 
