@@ -42,7 +42,8 @@ def newest_version(base: str, model: str) -> str:
 
 def rows(specs, n: int, seed: int = 0) -> dict:
     """`n` rows of raw features drawn around the train split's statistics (numbers from the
-    mean and deviation, categories from the vocabulary or as hashed tokens)."""
+    mean and deviation, categories from the vocabulary or as hashed tokens, images as PNG
+    files of the model's size and channels, random pixels)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -50,6 +51,11 @@ def rows(specs, n: int, seed: int = 0) -> dict:
     for f in specs.categorical:
         values = f.vocabulary or [f"token-{i}" for i in range(1000)]
         features[f.name] = np.array([values[i].encode() for i in rng.integers(0, len(values), n)])
+    for f in specs.of_kind("image"):
+        import tensorflow as tf
+
+        features[f.name] = np.array([tf.io.encode_png(rng.integers(0, 256, f.shape, dtype=np.uint8)).numpy()
+                                     for _ in range(n)], dtype=object)
     return features
 
 
