@@ -11,28 +11,7 @@ import pytest
 
 from components.contracts import storage
 from components.contracts.errors import GpupipeError
-
-BACKENDS = ["local", "gcs", "s3"]
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    """One GCS emulator and one moto S3 server for this module's tests (each started on first
-    use, tests/fixtures/faults.py `Upstreams`); every test gets a fresh, empty bucket on them."""
-    from tests.fixtures.faults import Upstreams
-
-    servers = Upstreams()
-    yield servers
-    servers.close()
-
-
-@pytest.fixture(params=BACKENDS)
-def base(request, tmp_path, monkeypatch, upstreams):
-    """A fresh empty directory or bucket prefix on each backend."""
-    if request.param == "local":
-        return str(tmp_path / "base")
-    bucket, _ = upstreams.bucket(request.param, monkeypatch)
-    return f"{'gs' if request.param == 'gcs' else 's3'}://{bucket}/base"
+from tests.fixtures.backends import base, upstreams  # noqa: F401  (the fixtures)
 
 
 def test_small_objects_round_trip_and_absent_ones_read_as_none(base):

@@ -12,26 +12,7 @@ import pytest
 from components.contracts import storage
 from components.contracts.storage import schemes
 from components.contracts.storage.backend import ABSENT, Backend, Conflict, Entry
-
-BACKENDS = ["local", "gcs", "s3"]
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    from tests.fixtures.faults import Upstreams
-
-    servers = Upstreams()
-    yield servers
-    servers.close()
-
-
-@pytest.fixture(params=BACKENDS)
-def base(request, tmp_path, monkeypatch, upstreams):
-    """A fresh empty directory or bucket prefix on each backend."""
-    if request.param == "local":
-        return str(tmp_path / "base")
-    bucket, _ = upstreams.bucket(request.param, monkeypatch)
-    return f"{'gs' if request.param == 'gcs' else 's3'}://{bucket}/base"
+from tests.fixtures.backends import base, upstreams  # noqa: F401  (the fixtures)
 
 
 def _raw(uri: str) -> Backend:

@@ -76,7 +76,17 @@ def check_secret_name(name: str) -> str:
         raise ValueError(f"'{name}' is not a Kubernetes Secret name (the name, never the secret itself)")
     return name
 
+
 _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def check_secret_key(key: str) -> str:
+    """A key inside a Kubernetes Secret's data (a file's name when mounted)."""
+    if not _SECRET_KEY_RE.match(key):
+        raise ValueError(f"'{key}' is not a key of a Kubernetes Secret (letters, digits, '-', '_' and '.')")
+    return key
+
+
 _REGION_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")
 
 
@@ -136,9 +146,7 @@ class S3Settings(Strict):
     @field_validator("access_key_key", "secret_key_key")
     @classmethod
     def _data_key(cls, v: str) -> str:
-        if not _SECRET_KEY_RE.match(v):
-            raise ValueError(f"'{v}' is not a key of a Kubernetes Secret (letters, digits, '-', '_' and '.')")
-        return v
+        return check_secret_key(v)
 
     @model_validator(mode="after")
     def _two_keys(self) -> "S3Settings":
@@ -199,9 +207,7 @@ class GCSSettings(Strict):
     @field_validator("credentials_key")
     @classmethod
     def _data_key(cls, v: str) -> str:
-        if not _SECRET_KEY_RE.match(v):
-            raise ValueError(f"'{v}' is not a key of a Kubernetes Secret (letters, digits, '-', '_' and '.')")
-        return v
+        return check_secret_key(v)
 
 
 class RetrySettings(Strict):
