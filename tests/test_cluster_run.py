@@ -41,14 +41,17 @@ def _run_compiled(tmp_path, monkeypatch, config_path: Path) -> Path:
     return pod
 
 
-def _cluster_config(tmp_path, name: str, root: str, data_source: str) -> Path:
+def _cluster_config(tmp_path, name: str, root: str, data_source: str, **sections) -> Path:
     """The example config as a cluster runs it: data and serving base in the bucket, no GPU here
-    (with a GPU the train task launches a JobSet, tests/test_jobset_restarts.py)."""
+    (with a GPU the train task launches a JobSet, tests/test_jobset_restarts.py); `sections`
+    updates (or adds) top-level sections."""
     raw = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
     raw["name"] = f"{name}-cluster"
     raw["cluster"].update(data_source=data_source, serving_base=f"{root}/serving")
     del raw["pipeline_root"]  # kfp.local keeps artifacts on local disk; the test gives it a directory
     raw["training"]["pods"].update(gpus=0, accelerator=None)
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
     config = tmp_path / f"{name}-cluster.yaml"
     config.write_text(yaml.safe_dump(raw))
     return config
@@ -64,11 +67,10 @@ def test_the_compiled_yaml_pushes_a_whole_version_to_the_bucket_and_leaves_the_p
     with (gcs_emulator if scheme == "gs" else s3_server)(monkeypatch) as bucket:
         root = f"{scheme}://{bucket}"
         storage.upload_file(str(ROOT / "data" / "penguins.csv"), f"{root}/data/penguins.csv")
-        config = _cluster_config(tmp_path, "penguins", root, f"{root}/data/penguins.csv")
-        if scheme == "s3":  # the store's settings, compiled into every task's environment
-            raw = yaml.safe_load(config.read_text())
-            raw["storage"] = {"s3": {"endpoint": os.environ["AWS_ENDPOINT_URL_S3"], "region": "us-east-1"}}
-            config.write_text(yaml.safe_dump(raw))
+        # on S3 the store's settings, compiled into every task's environment
+        store = {"s3": {"endpoint": os.environ["AWS_ENDPOINT_URL_S3"], "region": "us-east-1"}} if scheme == "s3" else None
+        config = _cluster_config(tmp_path, "penguins", root, f"{root}/data/penguins.csv",
+                                 **({"storage": store} if store else {}))
         pod = _run_compiled(tmp_path, monkeypatch, config)
 
         objects = sorted(e.uri[len(root) + 1:] for e in storage.list_prefix(f"{root}/serving"))
@@ -100,11 +102,8 @@ def test_the_compiled_image_yaml_reads_class_folders_from_the_bucket_and_pushes_
             for path in sorted((digits / label).iterdir())[:40]:
                 storage.upload_file(str(path), f"{root}/data/digits/{label}/{path.name}")
         storage.upload_file(str(digits / "0" / sorted(os.listdir(digits / "0"))[0]), f"{root}/data/digits/README.png.txt")
-        config = _cluster_config(tmp_path, "digits", root, f"{root}/data/digits")
-        raw = yaml.safe_load(config.read_text())
-        raw["training"].update(epochs=100, early_stopping=None)
-        raw["evaluation"].update(threshold=0.5)
-        config.write_text(yaml.safe_dump(raw))
+        config = _cluster_config(tmp_path, "digits", root, f"{root}/data/digits",
+                                 training={"epochs": 100, "early_stopping": None}, evaluation={"threshold": 0.5})
         pod = _run_compiled(tmp_path, monkeypatch, config)
 
         objects = sorted(e.uri[len(root) + 1:] for e in storage.list_prefix(f"{root}/serving"))
