@@ -77,41 +77,43 @@ def backoff(monkeypatch) -> list:
     return waits
 
 
-def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_runs, monkeypatch):
-    """The compiled exit task's own function, with KFP's final status: SUCCEEDED and push's
-    record of that run -> pushed; FAILED -> failed with KFP's error message. A webhook that
-    answers 503 twice gets the message on the third attempt, 1 s then 2 s after the first."""
-    from kfp import dsl
-
+def test_the_exit_handler_reads_what_push_recorded_and_tells_the_webhook(three_runs, monkeypatch, tmp_path):
+    """The compiled exit task's own function, run by kfp's Executor on the final status KFP's
+    driver really sends (tests/fixtures/kfp_driver.py): COMPLETE and push's record of that run
+    -> pushed, or not blessed; FAILED with an empty error -> failed, saying where the error is.
+    A webhook that answers 503 twice gets the first message on the third attempt, 1 s then 2 s
+    after the first."""
     from components.store import served
     from components.store.base import ServingStore
     from pipelines import steps
+    from tests.fixtures.kfp_driver import final_status, run_exit_task
     from tests.fixtures.webhook import webhook_receiver
 
-    tmp_path, summaries, _ = three_runs
-    run_dir = Path(summaries["pushed"].run_dir)
-    store = ServingStore(str(tmp_path / "serving"), "penguins")
-    run_ids = [p.stem for p in (tmp_path / "serving" / "penguins" / served.RUNS_DIR).glob("*.json")]
+    runs_path, summaries, _ = three_runs
+    store = ServingStore(str(runs_path / "serving"), "penguins")
+    run_ids = [p.stem for p in (runs_path / "serving" / "penguins" / served.RUNS_DIR).glob("*.json")]
     recorded = {run_id: served.run_outcome(store, run_id) for run_id in run_ids}
     (pushed_run,) = [run_id for run_id, outcome in recorded.items() if outcome["pushed"]]
-    assert recorded[pushed_run]["version"] == 1 and run_dir.is_dir()
+    (refused_run,) = [run_id for run_id, outcome in recorded.items() if not outcome["pushed"]]
+    assert recorded[pushed_run]["version"] == 1
 
     notify_fn = steps.EXIT_HANDLER.function()  # the exit task's function, as the factory compiles it
     waits = backoff(monkeypatch)
     with webhook_receiver(fail_first=2) as (url, messages), pytest.MonkeyPatch.context() as env:
         env.setenv("GPUPIPE_WEBHOOK_URL", url)  # as the Secret gives it to the exit task
         settings = json.dumps({"ui_url": "https://kf.example.com/pipeline", "webhook_secret": "team-slack"})
-        for state, run_id, error in (("SUCCEEDED", pushed_run, ""), ("FAILED", "run-2", "train: OOMKilled")):
-            status = dsl.PipelineTaskFinalStatus(state=state, pipeline_job_resource_name=f"runs/{run_id}",
-                                                 pipeline_task_name="exit-handler-1", error_code=None,
-                                                 error_message=error)
-            notify_fn(status=status, settings=settings, pipeline="penguins", run_id=run_id,
-                      serving_base=str(tmp_path / "serving"), model_name="penguins")
+        for state, run_id in (("COMPLETE", pushed_run), ("COMPLETE", refused_run), ("FAILED", "run-3")):
+            run_exit_task(notify_fn, "status", final_status(state, run_id), dict(
+                settings=settings, pipeline="penguins", run_id=run_id,
+                serving_base=str(runs_path / "serving"), model_name="penguins"), tmp_path)
     assert [m["text"].splitlines()[0] for m in messages] == ["gpupipe penguins: pushed version 1",
+                                                             "gpupipe penguins: not blessed, nothing pushed",
                                                              "gpupipe penguins: run failed"]
     assert f"run: https://kf.example.com/pipeline/#/runs/details/{pushed_run}" in messages[0]["text"]
-    assert "train: OOMKilled" in messages[1]["text"]
-    assert waits == [1, 2]  # the first message's two refused attempts; the second went through at once
+    assert messages[2]["text"].splitlines()[1] == (
+        "final state FAILED; KFP sends no error message to the exit handler: the failed task and its log are on "
+        "the run's page")
+    assert waits == [1, 2]  # the first message's two refused attempts; the others went through at once
 
 
 def test_a_webhook_that_refuses_is_one_warning_line_not_a_failed_run(tmp_path, capsys, monkeypatch):

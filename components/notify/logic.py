@@ -22,7 +22,13 @@ from components.store import served
 from components.store.base import ServingStore
 
 ATTEMPTS = 3
-_SUCCEEDED = ("SUCCEEDED", "SUCCESS")  # KFP's final state; the local runner's
+# KFP's driver fills PipelineTaskFinalStatus.state with the MLMD execution state of the exit
+# handler's DAG (kubeflow/pipelines backend/src/v2/driver/resolve.go, the TaskFinalStatus case:
+# `GetLastKnownState().String()`): COMPLETE (or CACHED), FAILED, CANCELED. SUCCEEDED is the
+# SDK docstring's (Vertex) name, SUCCESS the local runner's.
+_SUCCEEDED = ("COMPLETE", "CACHED", "SUCCEEDED", "SUCCESS")
+# The same driver code sends `Error: &status.Status{}` (a TODO upstream): no message, ever.
+NO_ERROR_FROM_KFP = "KFP sends no error message to the exit handler: the failed task and its log are on the run's page"
 
 
 def outcome_of(state: str, decided: Optional[dict]) -> str:
@@ -109,6 +115,9 @@ def run_notify(*, settings: NotifySettings, state: str, error: str, pipeline: st
     if state.upper() in _SUCCEEDED:
         decided = served.run_outcome(ServingStore(serving_base, model_name), run_id)
     outcome = outcome_of(state, decided)
+    if outcome == "failed" and not error:
+        error = (f"final state {state or 'unknown'}; " if state.upper() not in _SUCCEEDED else
+                 "push recorded nothing for this run; ") + NO_ERROR_FROM_KFP
     try:
         sent = notify(settings, pipeline, outcome, decided, error=error, run_id=run_id)
         lines = [f"notify: {outcome}: " + ("sent" if sent else "nothing to send (no webhook, or not asked for)")]

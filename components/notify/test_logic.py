@@ -23,10 +23,12 @@ def no_waits(monkeypatch):
 
 
 def test_the_outcome_follows_the_final_state_and_what_push_decided():
-    assert logic.outcome_of("SUCCEEDED", PUSHED) == "pushed"
+    assert logic.outcome_of("COMPLETE", PUSHED) == "pushed"  # MLMD's state, what KFP's driver sends
+    assert logic.outcome_of("CACHED", {**PUSHED, "pushed": False}) == "not_blessed"
     assert logic.outcome_of("SUCCESS", {**PUSHED, "pushed": False}) == "not_blessed"  # the local runner's state
-    assert logic.outcome_of("SUCCEEDED", None) == "failed"  # push never ran
+    assert logic.outcome_of("COMPLETE", None) == "failed"  # push never ran
     assert logic.outcome_of("FAILED", PUSHED) == "failed"
+    assert logic.outcome_of("CANCELED", PUSHED) == "failed"
 
 
 def test_each_outcome_has_its_first_line_and_the_gates_figures():
@@ -76,10 +78,24 @@ def test_a_refused_message_is_one_line_and_not_tried_again(no_waits):
 
 def test_the_exit_handler_reports_a_webhook_that_fails_and_does_not_fail(tmp_path, no_waits, capsys):
     common = dict(pipeline="penguins", run_id="r1", serving_base=str(tmp_path), model_name="penguins")
-    quiet = logic.run_notify(settings=NotifySettings(), state="FAILED", error="ingest: no such file", **common)
+    quiet = logic.run_notify(settings=NotifySettings(), state="FAILED", error="", **common)
     assert quiet == ["notify: failed: nothing to send (no webhook, or not asked for)"]
     with loopback_server(_Revoked) as url:
         settings = NotifySettings(webhook_url=f"{url}/hook")
         lines = logic.run_notify(settings=settings, state="FAILED", error="", **common)
     assert len(lines) == 1 and lines[0].startswith("warning: notify: the webhook at 127.0.0.1:")
     assert capsys.readouterr().out.splitlines() == [*quiet, *lines]  # printed, for the task's log
+
+
+def test_a_failure_kfp_sends_without_a_message_says_where_the_error_is(tmp_path, no_waits):
+    """KFP's driver always sends an empty error (tests/fixtures/kfp_driver.py): the message names
+    the final state and the run's page instead of an empty line."""
+    from tests.fixtures.kfp_driver import final_status
+
+    status = final_status("CANCELED", "r1")
+    assert status["error"] == {}
+    with webhook_receiver() as (url, messages):
+        logic.run_notify(settings=NotifySettings(webhook_url=url), state=status["state"], error="",
+                         pipeline="penguins", run_id="r1", serving_base=str(tmp_path), model_name="penguins")
+    assert messages[0]["text"].splitlines() == [
+        "gpupipe penguins: run failed", f"final state CANCELED; {logic.NO_ERROR_FROM_KFP}"]
