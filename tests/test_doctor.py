@@ -56,7 +56,7 @@ def complete(state, token: str = "runner-token", user: str = RUNNER) -> None:
 
 @pytest.fixture
 def kfp():
-    with KfpApiFixture() as server:
+    with KfpApiFixture(version="2.14.0") as server:  # the config's notify.webhook_secret needs 2.14.0
         yield server
 
 
@@ -89,7 +89,7 @@ def test_a_complete_cluster_passes_every_check(capsys, config, kfp, cluster):
     assert [line.split(" ")[1] for line in lines] == [
         "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Secret", "image", "Secret", "Secret",
         "training.pods:", "RBAC"]
-    assert f"backend 2.5.0" in lines[0]
+    assert lines[0].endswith("backend 2.14.0 (notify.webhook_secret needs 2.14.0 or later)")
     assert f"as {RUNNER}; the run's namespace {NS}" in lines[1]  # the context's namespace
     assert "workloads.kueue.x-k8s.io, localqueues.kueue.x-k8s.io, clusterqueues.kueue.x-k8s.io" in lines[3]
     assert lines[5] == f"ok: LocalQueue {NS}/gpus (cluster.queue), ClusterQueue {NS}"
@@ -357,18 +357,20 @@ def test_a_kfp_that_does_not_say_its_version_warns(capsys, config, cluster):
         code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 0
     assert lines[0] == (f"warning: --host {kfp.url}: the KFP API does not say its version (tag_name 'unknown'); "
-                        "gpupipe's pipelines need KFP 2.5.0 or later")
+                        "notify.webhook_secret needs KFP 2.14.0 or later")
 
 
-def test_kfp_2_4_is_one_error(capsys, config, cluster):
+@pytest.mark.parametrize("version", ["2.4.0", "2.5.0"])
+def test_kfp_before_2_14_is_one_error_for_a_config_with_a_webhook_secret(capsys, config, cluster, version):
+    """The exit handler compiles to taskFinalStatus, which KFP 2.5.0's argocompiler refuses."""
     url, state, kubeconfig = cluster
-    with KfpApiFixture(version="2.4.0") as old:
+    with KfpApiFixture(version=version) as old:
         code, lines, _ = doctor(capsys, config, old.url, kubeconfig)
     assert code == 1
     assert errors(lines) == [
-        f"error: KFP: --host {old.url}: KFP backend 2.4.0 is older than 2.5.0, which gpupipe's pipelines need "
-        "(kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines #11935); upgrade Kubeflow Pipelines to "
-        "2.5.0 or later"]
+        f"error: KFP: --host {old.url}: KFP backend {version} is older than 2.14.0, which notify.webhook_secret "
+        "needs (the exit handler's final status, kubeflow/pipelines #11953); upgrade Kubeflow Pipelines to 2.14.0 "
+        "or later, or drop notify.webhook_secret"]
 
 
 def test_unreachable_apis_are_one_line_each(capsys, config, tmp_path):

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fixtures.kfp_api import KfpApiFixture
 
@@ -347,6 +348,27 @@ def test_a_kfp_backend_older_than_2_5_0_is_refused_in_one_line(command):
         out = gpupipe(*command, "--host", current.url)
         assert out.returncode == 0 and out.stderr == "", out.stderr
         assert current.state.versions
+
+
+@pytest.mark.parametrize("command", ["upload", "submit"])
+def test_a_config_with_a_webhook_secret_is_refused_by_kfp_2_5_in_one_line(command, tmp_path):
+    """notify.webhook_secret compiles an exit handler (taskFinalStatus), which KFP 2.5.0's
+    argocompiler/dag.go refuses ("task final status not supported yet"); 2.14.0 takes it."""
+    raw = yaml.safe_load((ROOT / "configs" / "penguins.yaml").read_text())
+    raw["notify"] = {"webhook_secret": "team-a-slack"}
+    config = tmp_path / "penguins.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    with KfpApiFixture(version="2.5.0") as old:
+        out = gpupipe(command, str(config), "--host", old.url)
+        assert out.returncode == 1 and out.stdout == ""
+        assert out.stderr == (
+            f"error: --host {old.url}: KFP backend 2.5.0 is older than 2.14.0, which notify.webhook_secret needs "
+            "(the exit handler's final status, kubeflow/pipelines #11953); upgrade Kubeflow Pipelines to 2.14.0 or "
+            "later, or drop notify.webhook_secret\n")
+        assert old.calls() == ["GET /apis/v2beta1/healthz"]
+    with KfpApiFixture(version="2.14.0") as current:
+        out = gpupipe(command, str(config), "--host", current.url)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
 
 
 def test_the_kfp_version_is_read_from_healthz_and_an_unknown_one_warns():

@@ -10,8 +10,10 @@ from pipelines.doctor import DEFAULT_NAMESPACE, DOCS, cluster_lines, kfp_lines
 def cmd_doctor(args: argparse.Namespace) -> int:
     from pipelines.config import load_config
 
+    from pipelines.cli.compile_ import compile_to_text
+
     config = load_config(args.config)
-    lines = kfp_lines(args.host, args.iap_client_id)
+    lines = kfp_lines(args.host, args.iap_client_id, [compile_to_text(config)])
     lines += cluster_lines(config, args.config, args.kubeconfig, args.context, args.namespace,
                            args.service_account, args.serving)
     for line in lines:
@@ -20,7 +22,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub) -> None:
-    p = sub.add_parser("doctor", help="before the first run: check that KFP (2.5.0 or later), the CRDs, the "
+    p = sub.add_parser("doctor", help="before the first run: check that KFP (2.5.0 or later; 2.14.0 with notify.webhook_secret), the CRDs, the "
                                       "LocalQueue, the Secrets and the launcher's RBAC the config needs are there; "
                                       "one line each, ok or the fix; exit 1 when any is missing")
     p.add_argument("config")

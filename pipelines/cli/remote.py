@@ -14,19 +14,21 @@ from pipelines.config import PipelineConfig, load_config
 SCHEDULE_ACTIONS = ("pause", "resume", "delete", "list")
 
 
-def _client(args):
-    from pipelines.remote import connect
+def _client(args, pipeline_texts=()):
+    """kfp.Client, refused in one line when the backend is older than what these compiled
+    pipelines use needs (pipelines/remote/backend.py needed_kfp)."""
+    from pipelines.remote import connect, needed_kfp
 
-    return connect(args.host, args.namespace, args.iap_client_id)
+    return connect(args.host, args.namespace, args.iap_client_id, need=needed_kfp(pipeline_texts))
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
     from pipelines.remote import git_sha, upload_version, version_name
 
-    client = _client(args)
-    for path in config_paths(args.configs):
-        config = load_config(path)
-        uploaded = upload_version(client, config, compile_to_text(config), version_name(git_sha()))
+    compiled = [(config, compile_to_text(config)) for config in map(load_config, config_paths(args.configs))]
+    client = _client(args, [text for _, text in compiled])
+    for config, text in compiled:
+        uploaded = upload_version(client, config, text, version_name(git_sha()))
         verb = "uploaded" if uploaded.created else "already there:"
         print(f"{verb} {config.name} version {uploaded.version_name} (pipeline {uploaded.pipeline_id}, "
               f"version {uploaded.version_id})")
@@ -57,8 +59,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     params = _run_params(config, args.param)
-    client = _client(args)
-    uploaded, run = submit(client, config, compile_to_text(config), git_sha(), args.experiment, params)
+    text = compile_to_text(config)
+    uploaded, run = submit(_client(args, [text]), config, text, git_sha(), args.experiment, params)
     print(f"started run {run.run_id} of {config.name} version {uploaded.version_name} in experiment {args.experiment}")
     print(f"  {run_url(check_host(args.host), run.run_id)}")
     if not args.watch:
@@ -94,7 +96,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if not args.cron:
         raise GpupipeError("schedule: give --cron, e.g. --cron '0 3 * * *' (03:00 daily)")
     kfp_cron(args.cron)  # a bad expression fails before anything is uploaded
-    uploaded, job, deleted = schedule(_client(args), config, compile_to_text(config), git_sha(), experiment,
+    text = compile_to_text(config)
+    uploaded, job, deleted = schedule(_client(args, [text]), config, text, git_sha(), experiment,
                                       args.cron, args.max_concurrency, catchup=not args.no_catchup)
     replaced = f", replacing {', '.join(deleted)}" if deleted else ""
     print(f"scheduled {job.display_name} ({job.recurring_run_id}) '{args.cron}' running {config.name} version "

@@ -31,22 +31,24 @@ KSERVE = ("inferenceservices.serving.kserve.io", "v1beta1",
 
 # ---------------------------------------------------------------- KFP
 
-def kfp_lines(host: str, iap_client_id: Optional[str] = None) -> List[Line]:
-    """KFP answers and is recent enough: pipelines/remote/'s own checks."""
+def kfp_lines(host: str, iap_client_id: Optional[str] = None, pipeline_texts=()) -> List[Line]:
+    """KFP answers and is recent enough for what these compiled pipelines use: pipelines/remote/'s
+    own checks, the same as upload and submit."""
     from pipelines import remote
 
+    need = remote.needed_kfp(pipeline_texts)
     warnings: List[str] = []
     try:
         host = remote.check_host(host)
         healthz = remote.check_reachable(host, token=remote.auth_token(iap_client_id))
-        remote.check_kfp_version(host, healthz, warn=warnings.append)
+        remote.check_kfp_version(host, healthz, warn=warnings.append, need=need)
     except GpupipeError as err:
         return [Line(False, f"KFP: {err}")]
     if warnings:
         return [Line(True, warnings[0].removeprefix("warning: "), warning=True)]
     found = ".".join(map(str, remote.kfp_version(healthz)))
-    need = ".".join(map(str, remote.MIN_KFP_VERSION))
-    return [Line(True, f"KFP at {host} answers, backend {found} (gpupipe needs {need} or later)")]
+    return [Line(True, f"KFP at {host} answers, backend {found} ({need[1]} need{'' if need[0] == remote.MIN_KFP_VERSION else 's'} "
+                       f"{'.'.join(map(str, need[0]))} or later)")]
 
 
 # ---------------------------------------------------------------- what the config needs

@@ -9,16 +9,16 @@ watch, list) and schedules (recurring runs). The names below are importable from
 """
 from pipelines.remote.auth import (IAP_CLIENT_ID_ENV, IN_CLUSTER_TOKENS, TOKEN_ENV, TOKEN_FILE_ENV, auth_token,
                                    iap_token, kfp_token)
-from pipelines.remote.backend import (MIN_KFP_VERSION, check_host, check_kfp_version, check_reachable,
-                                      check_token_transport, connect, kfp_version)
+from pipelines.remote.backend import (FEATURE_MINIMUMS, MIN_KFP_VERSION, check_host, check_kfp_version, check_reachable,
+                                      check_token_transport, connect, kfp_version, needed_kfp)
 from pipelines.remote.runs import (DONE, PUSH_TASK, failed_task, format_duration, push_task_state, recent_runs,
                                    run_seconds, run_url, submit, watch_run)
 from pipelines.remote.schedules import change_schedules, kfp_cron, list_schedules, schedule, schedule_name
 from pipelines.remote.versions import UploadedVersion, git_sha, upload_version, version_name
 
-__all__ = ["DONE", "IAP_CLIENT_ID_ENV", "IN_CLUSTER_TOKENS", "MIN_KFP_VERSION", "PUSH_TASK", "TOKEN_ENV",
+__all__ = ["DONE", "FEATURE_MINIMUMS", "IAP_CLIENT_ID_ENV", "IN_CLUSTER_TOKENS", "MIN_KFP_VERSION", "PUSH_TASK", "TOKEN_ENV",
            "TOKEN_FILE_ENV", "UploadedVersion", "auth_token", "change_schedules", "check_host", "check_kfp_version",
            "check_reachable", "check_token_transport", "connect", "failed_task", "format_duration", "git_sha",
-           "iap_token", "kfp_cron", "kfp_token", "kfp_version", "list_schedules", "push_task_state", "recent_runs",
+           "iap_token", "kfp_cron", "kfp_token", "kfp_version", "list_schedules", "needed_kfp", "push_task_state", "recent_runs",
            "run_seconds", "run_url", "schedule", "schedule_name", "submit", "upload_version", "version_name",
            "watch_run"]

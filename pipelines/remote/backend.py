@@ -2,7 +2,7 @@
 
 Each check fails fast in one line (kfp.Client itself retries for about 25 s): a URL without
 a scheme, a token that would travel in clear text, an API that does not answer or refuses
-the credentials, a backend older than MIN_KFP_VERSION. `gpupipe doctor` runs the same checks.
+the credentials, a backend older than what the compiled pipeline uses needs (needed_kfp). `gpupipe doctor` runs the same checks.
 """
 from __future__ import annotations
 
@@ -20,6 +20,13 @@ from pipelines.remote.auth import TOKEN_ENV, TOKEN_FILE_ENV, auth_token, kfp_tok
 # Every executor gpupipe compiles carries kfp-kubernetes 1.5's secretNameParameter, which KFP
 # backends before 2.5.0 refuse (kubeflow/pipelines #11935).
 MIN_KFP_VERSION = (2, 5, 0)
+# What a compiled pipeline may use beyond that, the backend it needs, and how the compiled spec
+# shows it. The exit handler's `taskFinalStatus` input: KFP 2.5.0's argocompiler/dag.go returns
+# "task final status not supported yet"; kubeflow/pipelines #11953 added it, first released in 2.14.0.
+FEATURE_MINIMUMS = (
+    ((2, 14, 0), "notify.webhook_secret", "the exit handler's final status, kubeflow/pipelines #11953",
+     "taskFinalStatus"),
+)
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 
@@ -87,20 +94,36 @@ def kfp_version(healthz: dict) -> Optional[tuple]:
     return tuple(int(p) for p in match.groups()) if match else None
 
 
-def check_kfp_version(host: str, healthz: dict, warn=None) -> None:
-    """Refuses, in one line, a KFP backend older than MIN_KFP_VERSION; a backend that does not
-    say its version gets a warning line (on stderr) and goes on."""
-    need = ".".join(map(str, MIN_KFP_VERSION))
+BASE_NEED = (MIN_KFP_VERSION, "gpupipe's pipelines", "kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines "
+                                                      "#11935")
+
+
+def needed_kfp(pipeline_texts) -> tuple:
+    """(the oldest KFP backend, what needs it, why) for these compiled pipelines (their YAML
+    text): MIN_KFP_VERSION, or a FEATURE_MINIMUMS row whose mark is in the compiled spec."""
+    need = BASE_NEED
+    for text in pipeline_texts:
+        for version, feature, why, mark in FEATURE_MINIMUMS:
+            if mark in text and version > need[0]:
+                need = (version, feature, why)
+    return need
+
+
+def check_kfp_version(host: str, healthz: dict, warn=None, need: tuple = BASE_NEED) -> None:
+    """Refuses, in one line, a KFP backend older than `need` (needed_kfp of what will run); a
+    backend that does not say its version gets a warning line (on stderr) and goes on."""
+    least = ".".join(map(str, need[0]))
     found = kfp_version(healthz)
     if found is None:
         tag = str(healthz.get("tag_name") or "")[:40] or "none"
         (warn or _stderr)(f"warning: --host {host}: the KFP API does not say its version (tag_name {tag!r}); "
-                          f"gpupipe's pipelines need KFP {need} or later")
+                          f"{need[1]} need{'' if need is BASE_NEED else 's'} KFP {least} or later")
         return
-    if found < MIN_KFP_VERSION:
-        raise GpupipeError(f"--host {host}: KFP backend {'.'.join(map(str, found))} is older than {need}, which "
-                           "gpupipe's pipelines need (kfp-kubernetes 1.5's secretNameParameter, kubeflow/pipelines "
-                           f"#11935); upgrade Kubeflow Pipelines to {need} or later")
+    if found < need[0]:
+        drop = "" if need is BASE_NEED else f", or drop {need[1]}"
+        verb = "need" if need is BASE_NEED else "needs"
+        raise GpupipeError(f"--host {host}: KFP backend {'.'.join(map(str, found))} is older than {least}, which "
+                           f"{need[1]} {verb} ({need[2]}); upgrade Kubeflow Pipelines to {least} or later{drop}")
 
 
 def _stderr(line: str) -> None:
@@ -109,10 +132,12 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[str] = None):
+def connect(host: str, namespace: Optional[str] = None, iap_client_id: Optional[str] = None,
+            need: tuple = BASE_NEED):
+    """kfp.Client for `host` once it answers and is at least `need` (needed_kfp)."""
     import kfp
 
     host = check_host(host)
     token = auth_token(iap_client_id)
-    check_kfp_version(host, check_reachable(host, token=token))
+    check_kfp_version(host, check_reachable(host, token=token), need=need)
     return kfp_client_with_deadlines(kfp.Client(host=host, namespace=namespace, existing_token=token))
