@@ -60,7 +60,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     params = _run_params(config, args.param)
     text = compile_to_text(config)
-    uploaded, run = submit(_client(args, [text]), config, text, git_sha(), args.experiment, params)
+    client = _client(args, [text])
+    uploaded, run = submit(client, config, text, git_sha(), args.experiment, params)
     print(f"started run {run.run_id} of {config.name} version {uploaded.version_name} in experiment {args.experiment}")
     print(f"  {run_url(check_host(args.host), run.run_id)}")
     if not args.watch:
