@@ -85,6 +85,11 @@ class FeatureKind(ABC):
     # Decoded one example at a time in the input pipeline (decode_example, then cached and
     # augmented), not parsed by the batch (images); the serving signatures call decode_batch.
     per_example: ClassVar[bool] = False
+    # gpupipe init asks the kinds' `detect` in this order (lowest first) and takes the first
+    # that claims a column: datetime and text before categorical (strings), codes before numbers.
+    detect_rank: ClassVar[int] = 50
+    # The comment init writes above the kind's list in the config it proposes.
+    init_comment: ClassVar[str] = ""
 
     # -- ingest ---------------------------------------------------------------------------
     @abstractmethod
