@@ -413,3 +413,24 @@ def test_a_constant_column_is_left_out_and_says_why(tmp_path, capsys):
     p = propose(str(data), "result")
     assert p.numeric == ["hours"] and p.categorical == ["flag"]
     assert [c for c, _ in p.left_out] == ["country", "version", "notes"]
+
+
+@pytest.mark.unit
+def test_a_near_empty_column_is_left_out_and_says_how_empty(tmp_path, capsys):
+    """A real taxi table's pickup_census_tract has a value in 1 of 15,002 rows: a column with a
+    value in under 1% of the sampled rows is left out, with the count in the config; one at 1%
+    stays."""
+    rng = np.random.default_rng(7)
+    n = 1500
+    hours = rng.normal(10, 3, n)
+    result = np.where(hours + rng.normal(0, 2, n) > 10, "pass", "fail")
+    rows = [[f"{hours[i]:.2f}", 17031081800 if i == 700 else "", f"{rng.normal():.3f}" if i % 100 == 0 else "",
+             result[i]] for i in range(n)]
+    data = write_rows(tmp_path / "t.csv", ["hours", "pickup_census_tract", "sometimes", "result"], rows)
+    code, out, _ = init(capsys, data, "--label", "result", "-o", tmp_path / "c.yaml")
+    assert code == 0
+    why = "a value in only 1 of its 1500 sampled rows (under 1%: too sparse to learn from)"
+    assert f"  left out 'pickup_census_tract': {why}" in out
+    config = (tmp_path / "c.yaml").read_text()
+    assert f"  #   pickup_census_tract: {why}" in config
+    assert yaml.safe_load(config)["data"]["numeric_features"] == ["hours", "sometimes"]  # 15 of 1500: 1%, kept

@@ -40,7 +40,8 @@ class FeatureSetting(Strict):
 class ColumnFacts:
     """What `gpupipe init` knows of one sampled column: its name, the Arrow column (nulls
     are missing cells), the type TFDV infers for it (schema_pb2.FeatureType), its distinct
-    present values, and whether it holds whole numbers."""
+    present values, whether it holds whole numbers, and whether its values are digit codes
+    with leading zeros (the sample keeps those as text)."""
 
     name: str
     column: Any
@@ -48,6 +49,7 @@ class ColumnFacts:
     unique: int
     present: int
     whole_numbers: bool
+    leading_zeros: Optional[str] = None  # a sampled value, when the column is digits with leading zeros
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class FeatureKind(ABC):
     detect_rank: ClassVar[int] = 50
     # The comment init writes above the kind's list in the config it proposes.
     init_comment: ClassVar[str] = ""
+    # detect may claim a column whose every sampled value differs (free text, timestamps);
+    # such a column is otherwise left out as an ID.
+    claims_unique: ClassVar[bool] = False
 
     # -- ingest ---------------------------------------------------------------------------
     @abstractmethod
@@ -158,7 +163,8 @@ class FeatureKind(ABC):
 
     # -- gpupipe init ------------------------------------------------------------------------
     def detect(self, facts: ColumnFacts) -> Optional[str]:
-        """Why init proposes `facts`' column as this kind (a comment in the config), or None."""
+        """None when this kind does not take `facts`' column; else why init proposes it as this
+        kind: '' when the list's `init_comment` says it all, or a note init writes under the list."""
         return None
 
 

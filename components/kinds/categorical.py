@@ -4,12 +4,20 @@ vocabulary) or, past training.max_vocabulary values, hash buckets, every categor
 a block of one shared embedding table."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from components.kinds.base import LINEAR_CATEGORICAL, ColumnFacts, Encoded, FeatureKind, FeatureSetting
 
 IDS = "ids"  # Encoded.extras: [batch, categorical features] rows of the shared table
+# gpupipe init: an integer column with at most CODE_MAX_VALUES values is proposed as
+# categorical codes, and one with a code-like name with at most CODE_MAX_NAMED_VALUES.
+CODE_MAX_VALUES = 10
+CODE_MAX_NAMED_VALUES = 1000
+CODE_NAME_WORDS = frozenset({"code", "codes", "id", "zip", "zipcode", "postcode", "postal", "area", "tract", "region",
+                             "district", "county", "zone", "hour", "month", "day", "weekday", "dow", "type",
+                             "category", "class", "group", "kind", "status", "station", "store"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,9 @@ class CategoricalKind(FeatureKind):
     spec_type = CategoricalFeature
     linear = LINEAR_CATEGORICAL
     sliceable = True
+    detect_rank = 30  # before numeric: integer codes are categories
+    init_comment = ("TFDV inferred these BYTES, or they are integer codes (below): a vocabulary (or hash buckets) "
+                    "and an embedding; missing is a value")
 
     def arrow_type(self, setting: Optional[FeatureSetting]):
         import pyarrow as pa
@@ -109,6 +120,29 @@ class CategoricalKind(FeatureKind):
         return Encoded(dense=[tf_keras.layers.Flatten(name="categorical_flat")(emb)], extras={IDS: rows})
 
     def detect(self, facts: ColumnFacts) -> Optional[str]:
+        """Text TFDV inferred BYTES (no note), and integer codes (a note saying why)."""
         from tensorflow_metadata.proto.v0 import schema_pb2
 
-        return "TFDV inferred BYTES" if facts.tfdv_type == schema_pb2.BYTES else None
+        if facts.leading_zeros:
+            return (f"digits with leading zeros (such as '{facts.leading_zeros}'): codes, proposed as categorical")
+        if facts.tfdv_type in (schema_pb2.INT, schema_pb2.FLOAT):
+            return code_reason(facts.name, facts.unique) if facts.whole_numbers else None
+        return ""
+
+
+def _name_words(name: str) -> List[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+
+
+def code_reason(name: str, unique: int) -> Optional[str]:
+    """Why an integer column is proposed as categorical, or None (a quantity): few distinct
+    values (`CODE_MAX_VALUES`), or a code-like name with at most `CODE_MAX_NAMED_VALUES`."""
+    if unique <= CODE_MAX_VALUES:
+        return (f"integers with {unique} distinct values in the sample: proposed as categorical codes (move it to "
+                "numeric_features if it is a quantity)")
+    words = [w for w in _name_words(name) if w in CODE_NAME_WORDS]
+    if words and unique <= CODE_MAX_NAMED_VALUES:
+        return (f"integers with {unique} distinct values and a code-like name ('{words[-1]}'): proposed as "
+                "categorical codes (move it to numeric_features if it is a quantity)")
+    return None

@@ -24,6 +24,8 @@ class NumericKind(FeatureKind):
                    "imputed with the mean")
     spec_type = NumericFeature
     linear = LINEAR_NUMERIC
+    detect_rank = 40
+    init_comment = "TFDV inferred these INT or FLOAT: standardised, a missing value imputed with the train mean"
 
     def arrow_type(self, setting: Optional[FeatureSetting]):
         import pyarrow as pa
@@ -74,7 +76,7 @@ class NumericKind(FeatureKind):
     def detect(self, facts: ColumnFacts) -> Optional[str]:
         from tensorflow_metadata.proto.v0 import schema_pb2
 
-        return "TFDV inferred INT or FLOAT" if facts.tfdv_type in (schema_pb2.INT, schema_pb2.FLOAT) else None
+        return "" if facts.tfdv_type in (schema_pb2.INT, schema_pb2.FLOAT) else None
 
 
 def numeric_spec(stats, name: str) -> NumericFeature:

@@ -18,8 +18,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"wrote {path}: an image classifier of {len(p.classes)} classes ({p.rows} images), "
               f"{p.image_size[0]}x{p.image_size[1]}x{p.channels} pixels, model {p.model}")
     else:
-        print(f"wrote {path}: {p.task} label '{p.label}' ({p.metric}, threshold {p.threshold}), {len(p.numeric)} "
-              f"numeric and {len(p.categorical)} categorical feature(s) from {p.rows} sampled rows")
+        print(f"wrote {path}: {p.task} label '{p.label}' ({p.metric}, threshold {p.threshold}), {p.counted()} "
+              f"from {p.rows} sampled rows")
     for column, reason in p.left_out:
         print(f"  left out '{column}': {reason}")
     for column, safe in p.renamed:

@@ -5,12 +5,13 @@ The sample is `SAMPLE_ROWS` rows drawn at random (bottom-k of seeded random keys
 pass) across every row of the source's files, read by components/sources: a table sorted
 by its label is sampled over its whole range. CSV columns are read as text and typed on
 the sample (integer, else float, else text), so a column whose later rows hold text is
-text. TFDV computes the sample's statistics and infers the schema: INT and FLOAT features
-become numeric features, BYTES ones categorical; integer columns with few distinct values
+text. TFDV computes the sample's statistics and infers the schema; then each column goes to
+the first feature kind (components/kinds, by `detect_rank`) whose `detect` claims it: INT
+and FLOAT features become numeric features, BYTES ones categorical; integer columns with few distinct values
 (at most `CODE_MAX_VALUES`) or code-like ones (digits with leading zeros; a name such as
 `*_code`, `zip`, `area`, `hour`, `month` with at most `CODE_MAX_NAMED_VALUES` values) are
 categorical, and init says why. Left out, with a line saying why: columns empty in every
-sampled row, ID-like columns (text or integers with a different value in every sampled
+sampled row or present in under `NEAR_EMPTY_SHARE` of them, ID-like columns (text or integers with a different value in every sampled
 row) and leaks (a column that alone predicts the label almost perfectly on held-out
 sampled rows: `LEAK_ACCURACY`, `LEAK_R2`). A label with one value, or with a different
 value in every row, is refused. The task and metric follow from the label: two values ->
@@ -20,7 +21,7 @@ scores a model that learnt nothing on the eval split at run time, and the model 
 it (not a constant from this sample).
 
 The modules: sample.py (the random sample), label.py (task and metric), features.py
-(numeric, categorical, left out), proposal.py (`propose`, the `Proposal`), render.py (the
+(the kinds' choice, left out, leaks), proposal.py (`propose`, the `Proposal`), render.py (the
 commented YAML); `init_config` below writes it.
 """
 from __future__ import annotations

@@ -1,26 +1,24 @@
-"""init's features: which columns are numeric, which categorical, which are left out and why.
+"""init's features: which kind takes each column, which columns are left out and why.
 
-TFDV computes the sample's statistics and infers the schema: INT and FLOAT features become
-numeric features, BYTES ones categorical; integer columns with few distinct values (at most
-`CODE_MAX_VALUES`) or code-like ones (digits with leading zeros; a name such as `*_code`,
-`zip`, `area`, `hour`, `month` with at most `CODE_MAX_NAMED_VALUES` values) are categorical.
-Left out: columns empty in every sampled row, constant ones (the same value in every sampled
-row; one that is also missing in some rows stays, since its missingness can carry signal),
-ID-like columns (a different value in every sampled row) and leaks (a column that alone
+TFDV computes the sample's statistics and infers the schema; then each registered feature
+kind's `detect` (components/kinds/) is asked in `detect_rank` order, and the first to claim
+a column takes it: categorical claims BYTES columns and integer codes (few distinct values,
+digits with leading zeros, a code-like name), numeric INT and FLOAT ones. Left out: columns
+empty or near-empty (a value in fewer than `NEAR_EMPTY_SHARE` of the sampled rows), constant
+ones (the same value in every sampled row; one that is also missing in some rows stays,
+since its missingness can carry signal), ID-like columns (a different value in every sampled
+row, unless a kind that claims such columns takes it) and leaks (a column that alone
 predicts the label almost perfectly on held-out sampled rows: `LEAK_ACCURACY`, `LEAK_R2`).
 """
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from pipelines.init.sample import ID_MIN_ROWS, SAMPLE_SEED
 
-CODE_MAX_VALUES = 10  # an integer column with at most this many values is proposed as categorical
-CODE_MAX_NAMED_VALUES = 1000  # ... and with a code-like name, at most this many
-CODE_NAME_WORDS = frozenset({"code", "codes", "id", "zip", "zipcode", "postcode", "postal", "area", "tract", "region",
-                             "district", "county", "zone", "hour", "month", "day", "weekday", "dow", "type",
-                             "category", "class", "group", "kind", "status", "station", "store"})
+NEAR_EMPTY_SHARE = 0.01  # a column with a value in fewer sampled rows than this share is left out
 LEAK_ROWS = 5000  # sampled rows the leak check fits on (3-fold, held out)
 LEAK_ACCURACY = 0.99  # a column alone this accurate on held-out rows ...
 LEAK_ERROR_SHARE = 0.1  # ... and with at most this share of the most frequent class's errors, is a leak
@@ -37,91 +35,102 @@ def _tfdv():
     return tfdv
 
 
-def _name_words(name: str) -> List[str]:
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
-    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
-
-
 def _shown(value) -> str:
     return f"'{value}'" if isinstance(value, str) else str(value)
 
 
-def _code_reason(name: str, column, unique: int) -> Optional[str]:
-    """Why an integer column is proposed as categorical, or None (a quantity)."""
-    if unique <= CODE_MAX_VALUES:
-        return (f"integers with {unique} distinct values in the sample: proposed as categorical codes (move it to "
-                "numeric_features if it is a quantity)")
-    words = [w for w in _name_words(name) if w in CODE_NAME_WORDS]
-    if words and unique <= CODE_MAX_NAMED_VALUES:
-        return (f"integers with {unique} distinct values and a code-like name ('{words[-1]}'): proposed as "
-                "categorical codes (move it to numeric_features if it is a quantity)")
-    return None
+@dataclass
+class Chosen:
+    """init's features: the columns each kind claimed ({kind name: columns}, in table order),
+    the note a kind wrote for a column it claimed where its list's comment does not say it all
+    ({column: why}), and the columns left out ([(column, why)])."""
+
+    features: Dict[str, List[str]] = field(default_factory=dict)
+    notes: Dict[str, str] = field(default_factory=dict)
+    left_out: List[Tuple[str, str]] = field(default_factory=list)
 
 
-def choose_features(table, label: str, codes: Optional[dict] = None
-              ) -> Tuple[List[str], List[str], List[Tuple[str, str]], List[Tuple[str, str]]]:
-    """(numeric, categorical, left out with the reason, integer or digit columns proposed
-    as categorical with the reason) by TFDV's statistics and schema inference on the
-    sampled rows."""
+def _ranked_kinds():
+    from components.kinds import KINDS
+
+    return sorted(KINDS.values(), key=lambda kind: kind.detect_rank)
+
+
+def choose_features(table, label: str, codes: Optional[dict] = None) -> Chosen:
+    """Each sampled column's kind, by TFDV's statistics and schema inference on the sampled rows
+    and the kinds' own `detect` (asked in `detect_rank` order; the first to claim a column takes
+    it). Left out first: empty, near-empty and constant columns; then a column every value of
+    which differs (an ID) unless a kind that claims such columns (`claims_unique`: text,
+    timestamps) takes it."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
     from tensorflow_metadata.proto.v0 import schema_pb2
 
+    from components.kinds import ColumnFacts
+
     codes = codes or {}
     tfdv = _tfdv()
-    left_out, columns, proposed_codes = [], {}, []
+    chosen, columns = Chosen(), {}
     for name in table.column_names:
         if name == label:
             continue
         column = table.column(name)
-        if column.null_count == len(column) or pa.types.is_null(column.type):
-            left_out.append((name, "empty in every sampled row"))
+        present = len(column) - column.null_count
+        if present == 0 or pa.types.is_null(column.type):
+            chosen.left_out.append((name, "empty in every sampled row"))
+            continue
+        if present < NEAR_EMPTY_SHARE * len(column):
+            chosen.left_out.append((name, f"a value in only {present} of its {len(column)} sampled rows "
+                                          f"(under {NEAR_EMPTY_SHARE:.0%}: too sparse to learn from)"))
             continue
         if column.null_count == 0 and len(values := pc.unique(column)) == 1:
-            left_out.append((name, f"the same value ({_shown(values[0].as_py())}) in each of its {len(column)} "
-                                   "sampled rows (a constant carries no signal)"))
+            chosen.left_out.append((name, f"the same value ({_shown(values[0].as_py())}) in each of its {len(column)} "
+                                          "sampled rows (a constant carries no signal)"))
             continue
         if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
                 or pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            column = pc.cast(column, pa.string())  # dates, times, booleans: categories
+            column = pc.cast(column, pa.string())  # dates, times, booleans: text
         columns[name] = column
     if not columns:
-        return [], [], left_out, []
+        return chosen
     frame = pd.DataFrame({name: column.to_pandas() for name, column in columns.items()})
     schema = tfdv.infer_schema(tfdv.generate_statistics_from_dataframe(frame), infer_feature_shape=False)
-    kinds = {f.name: f.type for f in schema.feature}
-    numeric, categorical = [], []
+    types = {f.name: f.type for f in schema.feature}
+    kinds = _ranked_kinds()
     for name, column in columns.items():
-        kind = kinds.get(name)
+        tfdv_type = types.get(name, schema_pb2.BYTES)
         present = column.drop_null()
-        unique = len(pc.unique(present))
-        whole_numbers = kind == schema_pb2.INT or pa.types.is_integer(column.type)
-        if (kind == schema_pb2.BYTES or whole_numbers) and unique == len(present) and len(present) >= ID_MIN_ROWS:
-            left_out.append((name, f"a different value in each of its {len(present)} sampled rows (an ID: nothing "
-                                   "a model can learn from)"))
-        elif name in codes:
-            categorical.append(name)
-            proposed_codes.append((name, f"digits with leading zeros (such as '{codes[name]}'): codes, proposed as "
-                                         "categorical"))
-        elif kind in (schema_pb2.INT, schema_pb2.FLOAT):
-            reason = _code_reason(name, column, unique) if whole_numbers else None
-            if reason:
-                categorical.append(name)
-                proposed_codes.append((name, reason))
-            else:
-                numeric.append(name)
+        facts = ColumnFacts(name=name, column=column, tfdv_type=tfdv_type, unique=len(pc.unique(present)),
+                            present=len(present),
+                            whole_numbers=tfdv_type == schema_pb2.INT or pa.types.is_integer(column.type),
+                            leading_zeros=codes.get(name))
+        id_like = ((tfdv_type == schema_pb2.BYTES or facts.whole_numbers) and facts.unique == facts.present
+                   and facts.present >= ID_MIN_ROWS)
+        for kind in kinds:
+            if id_like and not kind.claims_unique:
+                continue
+            note = kind.detect(facts)
+            if note is not None:
+                chosen.features.setdefault(kind.name, []).append(name)
+                if note:
+                    chosen.notes[name] = note
+                break
         else:
-            categorical.append(name)
-    return numeric, categorical, left_out, proposed_codes
+            chosen.left_out.append((name, f"a different value in each of its {facts.present} sampled rows (an ID: "
+                                          "nothing a model can learn from)" if id_like else
+                                          "no feature kind takes it"))
+    return chosen
 
 
-def find_leaks(table, label: str, task: str, numeric: List[str], categorical: List[str]) -> List[Tuple[str, str]]:
+def find_leaks(table, label: str, task: str, features: Dict[str, List[str]]) -> List[Tuple[str, str]]:
     """(column, why) for each feature that alone predicts the label almost perfectly on
     held-out sampled rows (3-fold): a depth-limited decision tree on a numeric column, the
     most frequent label per value (or the mean) for a categorical one. Classification:
     accuracy >= LEAK_ACCURACY with at most LEAK_ERROR_SHARE of the most frequent class's
-    errors; regression: R^2 >= LEAK_R2. Such a column is usually the label computed from it,
+    errors; regression: R^2 >= LEAK_R2. `features`: {kind: columns}; a kind the linear model
+    takes as numbers is tried as numbers, one it takes as categories as values, others not
+    at all. Such a column is usually the label computed from it,
     or a value known only after the outcome: a model would learn it and nothing else."""
     import numpy as np
     import pandas as pd
@@ -142,6 +151,11 @@ def find_leaks(table, label: str, task: str, numeric: List[str], categorical: Li
         trivial = float(np.mean((y - y.mean()) ** 2))
     else:
         trivial = 1 - pd.Series(y).value_counts().iloc[0] / len(y)  # the most frequent class's error
+    from components.kinds import KINDS
+    from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC
+
+    numeric = [c for kind, cs in features.items() if KINDS[kind].linear == LINEAR_NUMERIC for c in cs]
+    categorical = [c for kind, cs in features.items() if KINDS[kind].linear == LINEAR_CATEGORICAL for c in cs]
     found = []
     for name in [*numeric, *categorical]:
         raw = labelled.column(name).to_pandas()

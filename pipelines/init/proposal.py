@@ -11,10 +11,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
 from components.contracts.settings import safe_name
+from components.kinds import KINDS
 from components.sources import readers
 from pipelines.init.features import choose_features, find_leaks
 from pipelines.init.label import label_task
@@ -44,9 +45,8 @@ class Proposal:
     whole_file: bool  # the sample is every row of the source
     total_rows: int = 0  # rows of the source the sample was drawn from
     files: int = 1  # files of the source
-    codes: List[Tuple[str, str]] = field(default_factory=list)  # (integer column proposed categorical, why)
-    numeric: List[str] = field(default_factory=list)
-    categorical: List[str] = field(default_factory=list)
+    features: Dict[str, List[str]] = field(default_factory=dict)  # {feature kind: its columns}
+    notes: Dict[str, str] = field(default_factory=dict)  # {column: why its kind took it}, where a kind says
     left_out: List[Tuple[str, str]] = field(default_factory=list)  # (column, reason)
     batch_size: int = 32
     epochs: int = 10
@@ -56,8 +56,28 @@ class Proposal:
     threshold = "from the eval split at run time"  # what the gate's threshold is (`gpupipe init` prints it)
 
     @property
+    def numeric(self) -> List[str]:
+        return self.features.get("numeric", [])
+
+    @property
+    def categorical(self) -> List[str]:
+        return self.features.get("categorical", [])
+
+    @property
+    def codes(self) -> List[Tuple[str, str]]:
+        """(column proposed as categorical codes, why)."""
+        return [(c, self.notes[c]) for c in self.categorical if c in self.notes]
+
+    @property
     def renamed(self) -> List[Tuple[str, str]]:
-        return [(c, safe_name(c)) for c in [self.label, *self.numeric, *self.categorical] if safe_name(c) != c]
+        columns = [self.label, *(c for cs in self.features.values() for c in cs)]
+        return [(c, safe_name(c)) for c in columns if safe_name(c) != c]
+
+    def counted(self) -> str:
+        """'4 numeric and 3 categorical feature(s)' (numeric and categorical always, other kinds when proposed)."""
+        counts = [f"{len(self.features.get(kind, []))} {kind}" for kind in KINDS
+                  if kind in ("numeric", "categorical") or self.features.get(kind)]
+        return f"{', '.join(counts[:-1])} and {counts[-1]} feature(s)"
 
 
 def pipeline_name(source: str) -> str:
@@ -81,14 +101,13 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
     table, total, codes = sample_table(files, sample_rows)
     rows = table.num_rows
     task, metric, trivial, answer, note = label_task(table.column(label), label, source, rows)
-    numeric, categorical, left_out, proposed_codes = choose_features(table, label, codes)
-    leaks = find_leaks(table, label, task, numeric, categorical)
+    chosen = choose_features(table, label, codes)
+    leaks = find_leaks(table, label, task, chosen.features)
     leaked = {c for c, _ in leaks}
-    numeric = [c for c in numeric if c not in leaked]
-    categorical = [c for c in categorical if c not in leaked]
-    left_out += leaks
-    proposed_codes = [(c, why) for c, why in proposed_codes if c not in leaked]
-    if not numeric and not categorical:
+    features = {kind: kept for kind, columns in chosen.features.items()
+                if (kept := [c for c in columns if c not in leaked])}
+    left_out = chosen.left_out + leaks
+    if not features:
         raise GpupipeError(f"{source}: no column besides '{label}' can be a feature"
                            f"{' (' + '; '.join(f'{c}: {r}' for c, r in left_out) + ')' if left_out else ''}: "
                            "add feature columns to the data")
@@ -97,8 +116,8 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
     return Proposal(
         name=name or pipeline_name(source), source=source, format=first.format, label=label, task=task, metric=metric,
         sample_trivial=trivial, threshold_why=answer, label_note=note, rows=rows,
-        whole_file=rows == total, total_rows=total, files=len(files), numeric=numeric, categorical=categorical,
-        left_out=left_out, codes=proposed_codes, batch_size=batch_size,
+        whole_file=rows == total, total_rows=total, files=len(files), features=features,
+        notes={c: why for c, why in chosen.notes.items() if c not in leaked}, left_out=left_out, batch_size=batch_size,
         label_missing=table.column(label).null_count / rows,
         epochs=min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS / steps_per_epoch))),
         learning_rate=0.003 if rows < SMALL_TABLE_ROWS else 0.001)

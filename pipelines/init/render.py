@@ -14,11 +14,13 @@ from typing import List
 
 from components.contracts.names import NA_VALUES
 from components.contracts.settings import safe_name
+from components.kinds import KINDS
 from components.sources import readers
 from pipelines.init.proposal import TARGET_STEPS, Proposal
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./\-]*$")
+ALWAYS_LISTED = ("numeric", "categorical")  # written even when empty: what a user moves columns between
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 
@@ -63,14 +65,16 @@ def render(p: Proposal, command: str, path: str) -> str:
         f"  format: {p.format if p.format in readers.FORMATS else 'auto'}",
         f"  label: {_scalar(p.label)}  # {p.label_note}",
     ]
-    lines.append("  # TFDV inferred these INT or FLOAT: standardised, a missing value imputed with the train mean")
-    lines += ["  numeric_features:", *_items(p.numeric)] if p.numeric else ["  numeric_features: []"]
-    lines.append("  # TFDV inferred these BYTES, or they are integer codes (below): a vocabulary (or hash buckets) and "
-                 "an embedding; missing is a value")
-    lines += ["  categorical_features:", *_items(p.categorical)] if p.categorical else ["  categorical_features: []"]
-    if p.codes:
-        lines.append("  # categorical, not numbers, by gpupipe init:")
-        lines += [f"  #   {c}: {reason}" for c, reason in p.codes]
+    for kind in KINDS.values():
+        columns = p.features.get(kind.name, [])
+        if not columns and kind.name not in ALWAYS_LISTED:
+            continue
+        if kind.init_comment:
+            lines.append(f"  # {kind.init_comment}")
+        lines += [f"  {kind.config_key}:", *_items(columns)] if columns else [f"  {kind.config_key}: []"]
+        if notes := [(c, p.notes[c]) for c in columns if c in p.notes]:
+            lines.append(f"  # {kind.name}, by gpupipe init:")
+            lines += [f"  #   {c}: {reason}" for c, reason in notes]
     if p.left_out:
         lines.append("  # left out by gpupipe init (add one back to a list above if it is a real feature):")
         lines += [f"  #   {c}: {reason}" for c, reason in p.left_out]
