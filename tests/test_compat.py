@@ -43,6 +43,16 @@ def test_the_kfp_hooks_are_still_there():
     before = pipeline_task.inspect
     with compat.kfp_setters_without_source():
         assert pipeline_task.inspect.stack()[0].code_context is None  # no source lines read
+
+        def set_cpu_limit(stack):  # as kfp's setters ask for their caller's name
+            return stack()[1][3]
+
+        def a_pipeline_function(stack):
+            return set_cpu_limit(stack)
+
+        # the same caller names as inspect's own stack
+        assert a_pipeline_function(pipeline_task.inspect.stack) == a_pipeline_function(inspect.stack) == (
+            "a_pipeline_function")
     assert pipeline_task.inspect is before
 
 
