@@ -210,6 +210,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
             f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
     if stats and sum(rows.values()):
         check_not_empty(stats, settings, source)
+        for name, kind, setting in settings.declared():  # each kind's checks on the whole table
+            kind.check_statistics(safe_name(name), name, setting, stats, source)
     if sum(rows.values()) == 0:
         raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
                            "with data")
