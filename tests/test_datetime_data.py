@@ -126,3 +126,37 @@ def test_validate_passes_and_predict_scores_every_raw_row(timestamp_model):
     truth = [r[2] for r in csv.reader(open(data, encoding="utf-8"))][1:]
     accuracy = np.mean([r["classes"] == t for r, t in zip(rows, truth)])
     assert accuracy > 0.85, accuracy
+
+
+def _split_times(examples_dir: str, split: str, column: str):
+    import tensorflow as tf
+
+    from components.contracts.examples import split_files
+
+    times = []
+    for record in tf.data.TFRecordDataset(split_files(examples_dir, split), compression_type="GZIP"):
+        example = tf.train.Example.FromString(record.numpy())
+        value = example.features.feature[column].bytes_list.value
+        times.append(dt.datetime.strptime(value[0].decode(), "%d/%m/%Y %H:%M") if value else None)
+    return times
+
+
+def test_split_by_time_puts_the_newest_rows_in_eval_and_the_manifest_states_the_cut_off(tmp_path):
+    times, x, labels = _events(500)
+    rows = [[t.strftime("%d/%m/%Y %H:%M") if i % 50 else "", x[i], labels[i]] for i, t in enumerate(times)]
+    data = write_table(tmp_path / "t.csv", ["created", "x", "label"], rows)
+    columns = dict(source=data, label="label", numeric_features=["x"],
+                   datetime_features=[{"name": "created", "format": "%d/%m/%Y %H:%M"}])
+    manifest = ingest_data(DataSettings(**columns, split={"by": "time", "key": "created", "eval_percent": 20}),
+                           str(tmp_path / "ex"))
+    known = sorted(t for i, t in enumerate(times) if i % 50)  # 490 with a time; 10 missing go to train
+    cutoff = known[len(known) * 80 // 100]
+    assert manifest["split"] == {"rule": "time", "key": "created", "eval_percent": 20,
+                                 "cutoff": cutoff.strftime("%Y-%m-%d %H:%M:%S")}
+    train, evaluated = _split_times(str(tmp_path / "ex"), "train", "created"), \
+        _split_times(str(tmp_path / "ex"), "eval", "created")
+    assert len(evaluated) == manifest["rows"]["eval"] == sum(t >= cutoff for t in known) and 95 <= len(evaluated) <= 100
+    assert min(evaluated) == cutoff and max(t for t in train if t) < cutoff and train.count(None) == 10
+    with pytest.raises(ValueError, match="split.by time needs split.key to name the time column, one of "
+                                         r"data.datetime_features \(created\); now x"):
+        DataSettings(**columns, split={"by": "time", "key": "x"})
