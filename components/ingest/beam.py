@@ -34,7 +34,7 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
 from components.ingest.settings import DataSettings
-from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch
+from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch, time_cutoff
 from components.kinds import Columns
 from components.kinds.base import RowSource
 from components.sources import readers
@@ -54,9 +54,9 @@ class ReadPrepareSplit:
     the file, or the file's one-line error."""
 
     def __init__(self, types, columns: Columns, na_values: Sequence[str], eval_percent: int,
-                 split_key: Optional[str]):
+                 split_key: Optional[str], cutoff: Optional[int] = None):
         self.types, self.columns, self.na_values = types, columns, list(na_values)
-        self.eval_percent, self.split_key = eval_percent, split_key
+        self.eval_percent, self.split_key, self.cutoff = eval_percent, split_key, cutoff
 
     def __call__(self, item):
         import pyarrow as pa
@@ -68,7 +68,7 @@ class ReadPrepareSplit:
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
                 lost, prepared = prepare_batch(batch, self.columns, RowSource(f.uri, f.format), self.eval_percent,
-                                               self.split_key)
+                                               self.split_key, self.cutoff)
                 dropped += lost
                 if prepared is None:
                     continue
@@ -276,6 +276,7 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
     readers.check_file_columns(files[0], label, settings.features, split_key)
     types = column_types(settings, numeric_label, split_key)
     check_reachable(files, pipeline_args)
+    cutoff = time_cutoff(files, settings, types)  # split.by time: one pass over the time column here, first
     staging = staging_location(output_dir, pipeline_args)
     local = staging if not _remote(staging) else tempfile.mkdtemp(
         prefix=".gpupipe-ingest-", dir=os.path.dirname(os.path.abspath(output_dir)))
@@ -285,7 +286,8 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
             from apache_beam.io.filesystems import FileSystems
 
             FileSystems.set_options(pipeline.options)
-        fn = ReadPrepareSplit(types, Columns.part_of(settings), settings.na_values, eval_percent, split_key)
+        fn = ReadPrepareSplit(types, Columns.part_of(settings), settings.na_values, eval_percent, split_key,
+                              cutoff)
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
         if _remote(staging):
@@ -302,7 +304,8 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
         shards = {split: len(glob.glob(examples_pattern(local, split))) for split in names.SPLITS}
         tally = Tally(files=files,
                       per_file=[{"uri": s["uri"], "bytes": s["bytes"], "rows": s["rows"]} for s in summaries],
-                      rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats)
+                      rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats,
+                      cutoff=cutoff)
         manifest = finish_ingest(local, settings, tally, numeric_label=numeric_label, compression_level=GZIP_LEVEL,
                                  engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
                                          "pipeline_args": pipeline_args})

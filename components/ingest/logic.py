@@ -21,7 +21,8 @@ from components.contracts.examples import shard_path
 from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
-from components.ingest.tables import GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch
+from components.ingest.tables import (GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch,
+                                      time_cutoff)
 from components.sources import readers
 
 
@@ -93,6 +94,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     files = readers.resolve(settings.source, settings.format)
     readers.check_file_columns(files[0], label, settings.features, split_key)
     types = column_types(settings, numeric_label, split_key)
+    cutoff = time_cutoff(files, settings, types)
     writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
                for split in names.SPLITS}
     statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
@@ -104,7 +106,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             entry["bytes"] += unit.size
             source = RowSource(unit.uri, unit.format, unit.files)
             for batch in unit.batches:
-                dropped, prepared = prepare_batch(batch, settings, source, eval_percent, split_key)
+                dropped, prepared = prepare_batch(batch, settings, source, eval_percent, split_key, cutoff)
                 dropped_no_label += dropped
                 if prepared is None:
                     continue
@@ -123,7 +125,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             if sum(rows.values()) else {}
     tally = Tally(files=files, per_file=list(per_file.values()), rows=rows, shards={split: w.shards for split, w in writers.items()},
                   dropped_no_label=dropped_no_label, stats=stats,
-                  stats_seconds=sum(st.seconds for st in statistics.values()))
+                  stats_seconds=sum(st.seconds for st in statistics.values()), cutoff=cutoff)
     return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
                          compression_level=compression_level)
 

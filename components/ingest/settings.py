@@ -15,7 +15,13 @@ class SplitSettings(Strict):
 
     eval_percent: int = Field(20, ge=1, le=99, description="share of rows in the eval split")
     key: Optional[str] = Field(None, description="column to hash (any column of the data, a feature or not): its "
-                                                 "rows stay together; unset: the feature values (never the label)")
+                                                 "rows stay together; unset: the feature values (never the label); "
+                                                 "with by: time, the time column (one of data.datetime_features)")
+    by: Literal["hash", "time"] = Field(
+        "hash", description="hash: a deterministic hash of the key (or the feature values); time: the newest "
+                            "eval_percent of the rows by the time column in `key` go to eval (rows at the cut-off "
+                            "too; rows whose time is missing or does not parse to train), and the manifest states "
+                            "the cut-off time")
 
 
 class DataSettings(Columns):
@@ -50,4 +56,8 @@ class DataSettings(Columns):
     def _split_key_is_not_label(self) -> "DataSettings":
         if self.split.key is not None and self.split.key == self.label:
             raise ValueError("split.key must not be the label")
+        if self.split.by == "time" and self.split.key not in self.names_of("datetime"):
+            raise ValueError(f"split.by time needs split.key to name the time column, one of data.datetime_features "
+                             f"({', '.join(self.names_of('datetime')) or 'none declared'}); now "
+                             f"{self.split.key or 'unset'}")
         return self

@@ -4,6 +4,7 @@ without a label dropped, inf refused, safe column names, tf.Example encoding) an
 checks on the whole table with the manifest written last."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from dataclasses import dataclass
@@ -68,6 +69,34 @@ def split_is_eval(batch: pa.RecordBatch, eval_percent: int,
     return (hashes % np.uint64(100)) < np.uint64(eval_percent)
 
 
+def _key_times(column, columns: Columns, key: str):
+    """The split key's values parsed by its datetime entry's format (split.by time)."""
+    from components.kinds.datetime_parse import compile_format, parse_strings
+
+    setting = next(setting for name, _, setting in columns.declared() if name == key)
+    return parse_strings(column, compile_format(setting.format))
+
+
+def time_cutoff(files: List[readers.SourceFile], settings: DataSettings, types: Dict[str, pa.DataType]
+                ) -> Optional[int]:
+    """split.by time: the cut-off (seconds since 1970) at or after which a row is in the eval
+    split, so the newest eval_percent of the labelled rows whose time parses are (None for the
+    hash split). One pass over the label and the time column alone, before the rows are read."""
+    if settings.split.by != "time":
+        return None
+    key, label = settings.split.key, settings.label
+    times = []
+    for f in files:
+        for batch in readers.read_batches(f, {label: types[label], key: types[key]}, settings.na_values):
+            parsed = _key_times(batch.column(1).filter(pc.is_valid(batch.column(0))), settings, key)
+            times.append(parsed.seconds[parsed.ok])
+    found = np.sort(np.concatenate(times)) if times else np.empty(0, np.int64)
+    if not len(found):
+        raise GpupipeError(f"data.split: by time, but no value of column '{key}' in {settings.source} parses as a "
+                           "time; set its format in data.datetime_features, or split by hash (remove split.by)")
+    return int(found[min(len(found) - 1, len(found) * (100 - settings.split.eval_percent) // 100)])
+
+
 def prepare_values(batch: pa.RecordBatch, columns: Columns, source: RowSource
                    ) -> Tuple[pa.RecordBatch, Dict[str, pa.Array]]:
     """Each kind's preparation of its columns (numeric: inf refused; image: paths read, each
@@ -123,11 +152,12 @@ class PreparedBatch:
 
 
 def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, eval_percent: int,
-                  split_key: Optional[str]) -> Tuple[int, Optional[PreparedBatch]]:
+                  split_key: Optional[str], cutoff: Optional[int] = None) -> Tuple[int, Optional[PreparedBatch]]:
     """(rows dropped for a missing label, the rest prepared) for one batch as the reader
     gave it (column_types' columns: the label first, the features, and a split key that is
     not a feature): rows without a label dropped, values each kind refuses refused, split by
-    the key or the feature values, the key dropped unless it is a feature, encoded. Both
+    the key or the feature values (or, given `cutoff`, by the key's time: time_cutoff), the
+    key dropped unless it is a feature, encoded. Both
     engines (this module's loop and components/ingest/beam.py's DoFn) run every batch
     through it."""
     features = columns.features
@@ -137,7 +167,11 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     if batch.num_rows == 0:
         return dropped, None
     batch, derived = prepare_values(batch, columns, source)
-    is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
+    if cutoff is not None:
+        times = _key_times(batch.column(batch.schema.get_field_index(split_key)), columns, split_key)
+        is_eval = times.ok & (times.seconds >= cutoff)
+    else:
+        is_eval = split_is_eval(batch, eval_percent, split_columns(features, split_key))
     if split_key and split_key not in features:  # read for the split alone
         keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]
         batch = pa.RecordBatch.from_arrays([batch.column(i) for i in keep], [batch.schema.names[i] for i in keep])
@@ -193,6 +227,7 @@ class Tally:
     dropped_no_label: int
     stats: Optional[Dict[str, object]]
     stats_seconds: Optional[float] = None
+    cutoff: Optional[int] = None  # split.by time: the cut-off, seconds since 1970 (time_cutoff)
 
 
 def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, numeric_label: bool,
@@ -210,6 +245,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
             f"data.max_dropped_label_fraction (now {max_dropped_label_fraction})")
     if stats and sum(rows.values()):
         check_not_empty(stats, settings, source)
+        for name, kind, setting in settings.declared():  # each kind's checks on the whole table
+            kind.check_statistics(safe_name(name), name, setting, stats, source)
     if sum(rows.values()) == 0:
         raise GpupipeError(f"data.source: {source} has a header but no data rows; point data.source at a file "
                            "with data")
@@ -227,7 +264,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
         "rows": rows,
         "shards": tally.shards,
         "rows_dropped_missing_label": dropped_no_label,
-        "split": {"rule": "hash", "key": split_key or "<features>", "eval_percent": settings.split.eval_percent},
+        "split": {"rule": settings.split.by, "key": split_key or "<features>",
+                  "eval_percent": settings.split.eval_percent},
         "label": safe_name(label),
         "label_type": "numeric" if numeric_label else "categorical",
         "features": {safe_name(name): kind.name for name, kind, _ in settings.declared()},
@@ -236,6 +274,9 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
         "engine": engine or {"name": "local"},
         "notes": list(getattr(files, "notes", [])),  # what the source left out (an image folder's other files)
     }
+    if tally.cutoff is not None:  # eval: the rows at or after it
+        manifest["split"]["cutoff"] = datetime.datetime.fromtimestamp(tally.cutoff, datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S")
     if stats and not numeric_label:
         manifest["classes"] = class_counts(stats, safe_name(label))
     if stats is not None:

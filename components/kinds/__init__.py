@@ -7,12 +7,14 @@ This floor stands on components/contracts alone; the steps and pipelines/ stand 
 """
 from components.kinds.base import KINDS, ColumnFacts, Encoded, FeatureKind, FeatureSetting, config_keys, kind_named, register
 from components.kinds.categorical import CategoricalKind
+from components.kinds.datetime_kind import DatetimeKind
 from components.kinds.image import ImageKind
 from components.kinds.numeric import NumericKind
 
 register(NumericKind())
 register(CategoricalKind())
 register(ImageKind())
+register(DatetimeKind())
 
 from components.kinds.columns import Columns, entry_name  # noqa: E402  (built from the kinds registered above)
 from components.kinds.specs import (FeatureSpecs, feature_statistics, load_feature_specs,  # noqa: E402

@@ -108,7 +108,22 @@ class FeatureKind(ABC):
         the statistics only ({name: Arrow array}). By default: as it is."""
         return column, {}
 
+    def check_statistics(self, name: str, column: str, setting: Optional[FeatureSetting], stats: Dict[str, Any],
+                         source: str) -> None:
+        """After ingest's pass over the whole table: the statistics of every split ({split:
+        DatasetFeatureStatisticsList}, features by their safe names; `name` is the column's,
+        `column` as written) may refuse the column in one line (datetime: too many values
+        that do not parse), and lose the columns prepare_column derived for this check alone.
+        By default: nothing to check."""
+
     # -- statistics -> spec ----------------------------------------------------------------
+    def spec_statistics(self, dataset, name: str) -> Any:
+        """What `spec` takes from the train split's statistics (a DatasetFeatureStatistics): by
+        default the column's own; a kind may add the columns prepare_column derived."""
+        from components.kinds.specs import feature_statistics
+
+        return feature_statistics(dataset, name)
+
     @abstractmethod
     def spec(self, name: str, stats, setting: Optional[FeatureSetting], options) -> Any:
         """The feature's spec from its train-split statistics (a TFDV FeatureNameStatistics);
@@ -165,6 +180,12 @@ class FeatureKind(ABC):
     def detect(self, facts: ColumnFacts) -> Optional[str]:
         """None when this kind does not take `facts`' column; else why init proposes it as this
         kind: '' when the list's `init_comment` says it all, or a note init writes under the list."""
+        return None
+
+    def detect_setting(self, facts: ColumnFacts) -> Optional[Dict[str, Any]]:
+        """A kind with settings: what init writes in the entry of a column `detect` claimed
+        ({setting: value}, beside its `name`; datetime: the format it read), or None for a
+        bare name (the kind's defaults)."""
         return None
 
 

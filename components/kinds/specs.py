@@ -102,7 +102,7 @@ def specs_from_statistics(train_stats, columns, task: str = "multiclass", max_vo
     features: Dict[str, List[Any]] = {}
     for column, kind, setting in declared:
         name = safe_name(column)
-        features.setdefault(kind.name, []).append(kind.spec(name, feature_statistics(train_stats, name), setting,
+        features.setdefault(kind.name, []).append(kind.spec(name, kind.spec_statistics(train_stats, name), setting,
                                                             options))
     label_stats = feature_statistics(train_stats, label)
     if task == "regression":

@@ -43,11 +43,13 @@ def _shown(value) -> str:
 class Chosen:
     """init's features: the columns each kind claimed ({kind name: columns}, in table order),
     the note a kind wrote for a column it claimed where its list's comment does not say it all
-    ({column: why}), and the columns left out ([(column, why)])."""
+    ({column: why}), the columns left out ([(column, why)]) and the settings a kind wrote in a
+    claimed column's entry ({column: {setting: value}}: a datetime column's format)."""
 
     features: Dict[str, List[str]] = field(default_factory=dict)
     notes: Dict[str, str] = field(default_factory=dict)
     left_out: List[Tuple[str, str]] = field(default_factory=list)
+    settings: Dict[str, dict] = field(default_factory=dict)  # {column: its entry's settings}, where a kind gives some
 
 
 def _ranked_kinds():
@@ -115,6 +117,8 @@ def choose_features(table, label: str, codes: Optional[dict] = None) -> Chosen:
                 chosen.features.setdefault(kind.name, []).append(name)
                 if note:
                     chosen.notes[name] = note
+                if setting := kind.detect_setting(facts):
+                    chosen.settings[name] = setting
                 break
         else:
             chosen.left_out.append((name, f"a different value in each of its {facts.present} sampled rows (an ID: "

@@ -48,6 +48,7 @@ class Proposal:
     features: Dict[str, List[str]] = field(default_factory=dict)  # {feature kind: its columns}
     notes: Dict[str, str] = field(default_factory=dict)  # {column: why its kind took it}, where a kind says
     left_out: List[Tuple[str, str]] = field(default_factory=list)  # (column, reason)
+    settings: Dict[str, dict] = field(default_factory=dict)  # {column: its entry's settings}, where a kind gives some
     batch_size: int = 32
     epochs: int = 10
     learning_rate: float = 0.003
@@ -118,6 +119,7 @@ def propose(source: str, label: str, sample_rows: int = SAMPLE_ROWS, name: Optio
         sample_trivial=trivial, threshold_why=answer, label_note=note, rows=rows,
         whole_file=rows == total, total_rows=total, files=len(files), features=features,
         notes={c: why for c, why in chosen.notes.items() if c not in leaked}, left_out=left_out, batch_size=batch_size,
+        settings={c: setting for c, setting in chosen.settings.items() if c not in leaked},
         label_missing=table.column(label).null_count / rows,
         epochs=min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS / steps_per_epoch))),
         learning_rate=0.003 if rows < SMALL_TABLE_ROWS else 0.001)

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import re
-from typing import List
+from typing import Dict, List
 
 from components.contracts.names import NA_VALUES
 from components.contracts.settings import safe_name
@@ -41,11 +41,15 @@ def _path(value: str) -> str:
     return value if _PLAIN_PATH.match(value) and re.search("[A-Za-z]", value) else json.dumps(value)
 
 
-def _items(names: List[str], indent: str = "    ") -> List[str]:
+def _items(names: List[str], settings: Dict[str, dict], indent: str = "    ") -> List[str]:
+    """A list's entries: a column's name, or a flow mapping of its name and the settings init chose."""
     lines = []
     for name in names:
         safe = safe_name(name)
-        lines.append(f"{indent}- {_scalar(name)}" + (f"  # the model's input: {safe}" if safe != name else ""))
+        entry = _scalar(name)
+        if settings.get(name):
+            entry = "{" + ", ".join([f"name: {entry}", *(f"{k}: {json.dumps(v)}" for k, v in settings[name].items())]) + "}"
+        lines.append(f"{indent}- {entry}" + (f"  # the model's input: {safe}" if safe != name else ""))
     return lines
 
 
@@ -71,7 +75,7 @@ def render(p: Proposal, command: str, path: str) -> str:
             continue
         if kind.init_comment:
             lines.append(f"  # {kind.init_comment}")
-        lines += [f"  {kind.config_key}:", *_items(columns)] if columns else [f"  {kind.config_key}: []"]
+        lines += [f"  {kind.config_key}:", *_items(columns, p.settings)] if columns else [f"  {kind.config_key}: []"]
         if notes := [(c, p.notes[c]) for c in columns if c in p.notes]:
             lines.append(f"  # {kind.name}, by gpupipe init:")
             lines += [f"  #   {c}: {reason}" for c, reason in notes]
