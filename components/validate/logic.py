@@ -18,6 +18,8 @@ from components.contracts.examples import examples_pattern, ingest_statistics_pa
 from components.contracts.settings import safe_name
 from components.kinds import Columns
 from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
+from components.validate.explain import (Explainer, feature_of as _feature_of, sparse_warnings, tolerated_unseen,
+                                         unseen_tolerance)
 from components.validate.settings import DriftSettings, ValidationSettings
 
 READ_BATCH = 20_000
@@ -111,54 +113,23 @@ class ValidationResult:
         return not self.problems and not self.drift
 
 
-def _in_domain_counts(feature_stats, domain: set) -> tuple:
-    """(values in all, values in `domain`) of a string feature, from TFDV's rank histogram
-    (or its top values): what TFDV's min_domain_mass check counts."""
-    s = feature_stats.string_stats
-    total = s.common_stats.tot_num_values or s.common_stats.num_non_missing
-    buckets = [(b.label, b.sample_count) for b in s.rank_histogram.buckets] or \
-              [(v.value, v.frequency) for v in s.top_values]
-    return int(total), int(sum(count for value, count in buckets if value in domain))
-
-
-def tolerated_unseen(statistics: Dict[str, object], schema, label: str, problems: List[str]) -> List[str]:
-    """One line per split and categorical feature whose values unseen in training stay
-    within the schema's tolerance (1 - min_domain_mass): the feature, the fraction, the
-    tolerance. Past the tolerance it is an anomaly (in `problems`) instead."""
-    import tensorflow_data_validation as tfdv
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    flagged = {(line.split(":", 1)[0], _feature_of(line)) for line in problems}
-    lines = []
-    for split in names.SPLITS:
-        by_name = {f.path.step[0] if f.path.step else f.name: f for f in statistics[split].datasets[0].features}
-        for feature in schema.feature:
-            if feature.name == label or feature.type != schema_pb2.BYTES or not feature.HasField("domain") \
-                    or feature.name not in by_name or (split, feature.name) in flagged:
-                continue
-            total, known = _in_domain_counts(by_name[feature.name], set(tfdv.get_domain(schema, feature.name).value))
-            if not total or known >= total:
-                continue
-            tolerance = 1.0 - feature.distribution_constraints.min_domain_mass \
-                if feature.HasField("distribution_constraints") else 0.0
-            lines.append(f"{split}: feature '{feature.name}': {(total - known) / total:.2%} of values "
-                         f"({total - known} of {total}) unseen in training, within the tolerance {tolerance:.2%} "
-                         "(validation.unseen_category_tolerance): the model's out-of-vocabulary row takes them")
-    return lines
-
-
 def _is_drift(reason) -> bool:
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     return "COMPARATOR" in anomalies_pb2.AnomalyInfo.Type.Name(reason.type)
 
 
-def describe_anomalies(split: str, anomalies, drift: bool = False) -> List[str]:
+def describe_anomalies(split: str, anomalies, drift: bool = False, explain=None) -> List[str]:
     """One line per anomalous feature: `split: feature 'x': description`; `drift` picks the
-    drift-comparator reasons, otherwise the schema reasons."""
+    drift-comparator reasons, otherwise the schema reasons. `explain(split, feature, reason)`
+    (explain.py) may give gpupipe's own line for a reason instead of TFDV's sentence."""
     lines = []
     for feature_name, info in sorted(anomalies.anomaly_info.items()):
         reasons = [r for r in info.reason if _is_drift(r) == drift]
+        own = [line for r in reasons if explain and (line := explain(split, feature_name, r))]
+        if own:
+            lines += own
+            reasons = [r for r in reasons if not explain(split, feature_name, r)]
         if reasons:
             text = "; ".join(r.description or r.short_description for r in reasons)
             lines.append(f"{split}: feature '{feature_name}': {text}")
@@ -249,13 +220,16 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
             raise GpupipeError(f"validation.schema_file: {settings.schema_file} not found; write one with "
                                "`gpupipe schema CONFIG` or remove the key to infer it")
         schema = text_format.Parse(text, schema_pb2.Schema())
-    else:
+    manifest = read_manifest(examples_dir) or {}
+    if not settings.schema_file:
         schema = infer_schema(statistics[names.TRAIN_SPLIT], label, settings)
-        manifest = read_manifest(examples_dir) or {}
         apply_kinds(schema, manifest.get("features", {}))
         annotate_columns(schema, manifest.get("columns", {}))
+    kinds, columns = manifest.get("features", {}), manifest.get("columns", {})
+    explain = Explainer(statistics, schema, kinds, columns, lambda f: unseen_tolerance(schema, f),
+                        settings.schema_file or "")
     anomalies = {split: tfdv.validate_statistics(statistics[split], schema) for split in names.SPLITS}
-    problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split])]
+    problems = [line for split in names.SPLITS for line in describe_anomalies(split, anomalies[split], explain=explain)]
     if settings.skew_threshold:
         skew_schema = type(schema)()
         skew_schema.CopyFrom(schema)
@@ -278,14 +252,11 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
         drift_lines = [line.replace("train:", f"train vs {baseline_name}:", 1)
                        for line in describe_anomalies(names.TRAIN_SPLIT, drift_anomalies, drift=True)]
         anomalies["drift"] = drift_anomalies
+    warnings = sparse_warnings(statistics, kinds, columns, settings.min_feature_presence) \
+        + tolerated_unseen(statistics, schema, label, problems)
     return ValidationResult(statistics=statistics, schema=schema, anomalies=anomalies, problems=problems,
-                            warnings=tolerated_unseen(statistics, schema, label, problems), drift=drift_lines,
+                            warnings=warnings, drift=drift_lines,
                             baseline=baseline_name)
-
-
-def _feature_of(line: str) -> str:
-    m = re.search(r"feature '([^']+)'", line)
-    return m.group(1) if m else ""
 
 
 VALIDATION_FILE = names.VALIDATION_FILE

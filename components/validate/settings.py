@@ -40,5 +40,9 @@ class ValidationSettings(Strict):
         0.01, ge=0, lt=1, description="share of a split's values of a categorical feature that may be unseen in "
                                       "training (the model maps them to an out-of-vocabulary row); more is an "
                                       "anomaly; new label values always are")
+    min_feature_presence: float = Field(
+        0.01, ge=0, le=1, description="a declared feature with a value in fewer of the train split's rows than this "
+                                      "share is named in a warning (almost empty columns teach the model little); "
+                                      "0 disables")
     unseen_category_tolerance_by_feature: Dict[str, float] = Field(default_factory=dict,
                                                                    description="per-feature tolerances")

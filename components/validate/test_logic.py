@@ -160,7 +160,12 @@ def test_curated_schema_catches_a_column_full_of_unseen_values(tmp_path, ingest,
     with pytest.raises(GpupipeError) as err:
         run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                        str(tmp_path / "r.html"), ValidationSettings(schema_file=schema))
-    assert "train: feature 'island': Examples contain values missing from the schema: Biscoe-new" in str(err.value)
+    from components.contracts.examples import read_manifest
+
+    train_rows = read_manifest(out)["rows"]["train"]
+    assert (f"train: feature 'island': {train_rows} of {train_rows} train rows (100.00%) hold values unseen in training "
+            f"('Biscoe-new', ") in str(err.value)
+    assert f"add them to the domain of 'island' in {schema} (validation.schema_file)" in str(err.value)
     result = run_validation(out, "species", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                             str(tmp_path / "r.html"), ValidationSettings(schema_file=schema, warn_only=["island"]))
     assert any("island" in p for p in result.problems)  # reported, not blocking
