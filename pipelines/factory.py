@@ -169,8 +169,15 @@ class TrainTask(StepTask):
 
     def configure(self, task: dsl.PipelineTask, build: Build) -> None:
         t = build.config.training.pods
-        task.set_retry(num_retries=t.retries, backoff_duration=t.retry_backoff, backoff_factor=2.0)
-        if launch_argument(build):
+        if not launch_argument(build):
+            task.set_retry(num_retries=t.retries, backoff_duration=t.retry_backoff, backoff_factor=2.0)
+        else:
+            # The launcher gets no KFP retry: Argo retries a KFP task only OnFailure, never a
+            # pod deleted (an eviction, a lost node: the node is Error), and the SDK caps
+            # backoff_max_duration at 3600 s, which Argo makes a retried pod's deadline, so a
+            # retry could never follow a job of more than an hour. The JobSet carries the
+            # restarts (training.pods.retries) and outlives its launcher: the run's Retry
+            # re-attaches to it by name (components/train/follow.py).
             kubernetes.use_field_path_as_env(task, env_name=POD_NAME_ENV, field_path="metadata.name")
             kubernetes.use_field_path_as_env(task, env_name=POD_UID_ENV, field_path="metadata.uid")
             kubernetes.use_field_path_as_env(task, env_name=WORKFLOW_ENV,

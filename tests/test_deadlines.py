@@ -109,7 +109,7 @@ def test_the_train_launchers_kubernetes_calls_end_within_their_deadline(monkeypa
     server that accepts and never answers: each request times out (API_TIMEOUT), and the
     retries stop when another would end past API_DEADLINE, in one line."""
     from components.contracts.errors import GpupipeError
-    from components.train import launch
+    from components.train import kube as launch
     from tests.fixtures.http import write_kubeconfig
 
     deadline = 3.0

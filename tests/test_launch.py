@@ -59,7 +59,10 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
         assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
         job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
         assert (job["parallelism"], job["completions"], job["completionMode"]) == (2, 2, "Indexed")
-        assert manifest["spec"]["failurePolicy"] == {"maxRestarts": 3} and pod["restartPolicy"] == "Never"
+        assert manifest["spec"]["failurePolicy"] == {"maxRestarts": 3, "rules": [
+            {"name": "non-retryable-exit", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
+        assert job["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onExitCodes": {
+            "containerName": "trainer", "operator": "In", "values": [2]}}]} and pod["restartPolicy"] == "Never"
         assert env[WORKERS_ENV] == ("gpupipe-train-test-worker-0-0.gpupipe-train-test:2222,"
                                     "gpupipe-train-test-worker-0-1.gpupipe-train-test:2222")
 
@@ -165,8 +168,9 @@ def test_the_launcher_leaves_a_completed_job_for_its_logs(ctr_config):
         assert cluster.deleted == [] and len(cluster.objects) == 1
 
 
-def test_sigterm_to_the_launcher_deletes_the_job_and_exits_143(tmp_path, ctr_config):
-    """The run is cancelled (or the pod evicted): Kubernetes sends the train task SIGTERM.
+def test_sigterm_to_the_launcher_outside_a_kfp_run_deletes_the_job_and_exits_143(tmp_path, ctr_config):
+    """No Argo Workflow to ask (not a KFP run: the job is owned by the task's pod) and SIGTERM:
+    the job goes (tests/test_launcher_semantics.py: inside a KFP run, only on a cancel).
     The launcher runs as the task runs it, in its own process, with the kubernetes client
     configured from a kubeconfig that points at the fixture."""
     import os
@@ -196,7 +200,7 @@ def test_sigterm_to_the_launcher_deletes_the_job_and_exits_143(tmp_path, ctr_con
         output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 143, output
     assert [key[1] for key in cluster.deleted] == ["tfjobs"] and not cluster.objects
-    assert "SIGTERM: deleting TFJob default/gpupipe-train-" in output
+    assert "(or is not a KFP run): deleting TFJob default/gpupipe-train-" in output
 
 
 def _verb(method: str, path: str) -> str:
@@ -208,26 +212,40 @@ def _verb(method: str, path: str) -> str:
             "DELETE": "delete" if named else "deletecollection"}[method]
 
 
-def test_the_launcher_role_grants_exactly_the_verbs_the_launcher_calls(ctr_config):
-    """Every request the launcher sends the Kubernetes API fixture, on the way to success and
-    to a failure, maps to an RBAC verb; the Role gpupipe prints grants those and no others."""
-    from components.train.launch import LAUNCHER_VERBS, run_training_job
+def test_the_launcher_role_grants_exactly_the_verbs_the_launcher_calls(ctr_config, monkeypatch):
+    """Every request the launcher sends the Kubernetes API fixture, on the way to success, to
+    a failure and to a cancelled run's SIGTERM, maps to an RBAC verb on a resource; the Role
+    gpupipe prints grants those and no others."""
+    import threading
+
+    from components.train.launch import LAUNCHER_VERBS, WORKFLOW_ENV, WORKFLOW_VERBS, run_training_job
     from pipelines.manifests import launcher_rbac
     from tests.fixtures.k8s_api import custom_objects_api, kubernetes_api
 
-    used = set()
+    used = {}
     done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "ok"}]
     failed = [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}]
-    for conditions in ([RUNNING, done], [RUNNING, failed]):
+    cancelled = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "penguins-x7"},
+                 "spec": {"activeDeadlineSeconds": 0}, "status": {"phase": "Running"}}  # KFP's terminate
+    for conditions, workflow in (([RUNNING, done], ""), ([RUNNING, failed], ""), ([RUNNING], "penguins-x7")):
+        monkeypatch.setenv(WORKFLOW_ENV, workflow)
+        stopping = threading.Event()
         with kubernetes_api(conditions) as (url, cluster):
+            if workflow:
+                cluster.objects[("default", "workflows", workflow)] = cancelled
+                stopping.set()  # SIGTERM at the first poll
             try:
-                run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01)
-            except GpupipeError:
+                run_training_job(ctr_launch(ctr_config), COMMAND, api=custom_objects_api(url), poll_seconds=0.01,
+                                 stopping=stopping)
+            except (GpupipeError, SystemExit):
                 pass
-        used |= {_verb(method, path) for method, path in cluster.requests}
-    assert used == set(LAUNCHER_VERBS) == {"create", "get", "delete"}
-    (rule,) = launcher_rbac(ctr_config, "team-a", "default-editor")[0]["rules"]
-    assert sorted(rule["verbs"]) == sorted(used) and rule["resources"] == ["jobsets"]
+        for method, path in cluster.requests:
+            used.setdefault(path.split("?")[0].split("/")[6], set()).add(_verb(method, path))
+    assert used == {"jobsets": set(LAUNCHER_VERBS), "workflows": set(WORKFLOW_VERBS)}
+    assert set(LAUNCHER_VERBS) == {"create", "get", "delete"} and set(WORKFLOW_VERBS) == {"get"}
+    rules = launcher_rbac(ctr_config, "team-a", "default-editor")[0]["rules"]
+    assert {rule["resources"][0]: set(rule["verbs"]) for rule in rules} == used
+    assert [rule["apiGroups"] for rule in rules] == [["jobset.x-k8s.io"], ["argoproj.io"]]
     assert _verb("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/a/jobsets?watch=true") == "watch"
     assert _verb("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/a/jobsets") == "list"
 
@@ -381,7 +399,9 @@ def test_a_job_that_exists_on_create_is_adopted_and_an_api_that_stays_down_is_on
         assert follow_job(manifest, custom_objects_api(url), poll_seconds=0.01) == "AllJobsCompleted: jobset completed"
         assert [m for m, _ in cluster.requests][:1] == ["POST"] and len(cluster.objects) == 1
 
-    monkeypatch.setattr(launcher, "API_ATTEMPTS", 3)
+    from components.train import kube
+
+    monkeypatch.setattr(kube, "API_ATTEMPTS", 3)
     with kubernetes_api([done]) as (url, cluster):
         cluster.faults = [("POST", 503)] * 3
         with pytest.raises(GpupipeError) as err:

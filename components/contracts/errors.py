@@ -11,6 +11,8 @@ F = TypeVar("F", bound=Callable)
 
 # The local runner sets this so a failed task's one-line reason reaches the summary.
 ERROR_FILE_ENV = "GPUPIPE_ERROR_FILE"
+# The exit code of a process stopped by a GpupipeError (a config or data error: no retry fixes it).
+CONFIG_ERROR_EXIT = 2
 
 
 class GpupipeError(Exception):

@@ -5,7 +5,7 @@ import os
 import sys
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components.contracts.errors import GpupipeError, reports_errors
+from components.contracts.errors import CONFIG_ERROR_EXIT, GpupipeError, reports_errors
 from components.kinds import Columns
 from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
               backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir)
     except GpupipeError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return CONFIG_ERROR_EXIT
     return 0
 
 

@@ -2,28 +2,38 @@
 (`jobset.x-k8s.io/v1alpha2`, the default: what Kueue queues and Kubeflow Trainer v2 builds
 on) or a Kubeflow TFJob (`kubeflow.org/v1`, for clusters with the training-operator) whose
 workers run `python -m components.train` in the same image, each in the pod shape the
-config gives the training pods (components/contracts/pods.py). The task creates the job,
-follows it to its end and deletes it when the job fails, when the task is stopped
-(SIGTERM on cancel) or when it gives up; an ownerReference to the task's pod lets
-Kubernetes collect it if the task's pod goes away first."""
+config gives the training pods (components/contracts/pods.py). The task creates the job
+and follows it (components/train/follow.py: deleted when it fails, runs past its admitted
+time or the run is cancelled; left running for the next attempt to re-attach otherwise).
+A worker that fails for good (a config or data error: NON_RETRYABLE_EXIT_CODES) fails its
+Job through the Job's podFailurePolicy, and the JobSet's failurePolicy rule fails the JobSet
+at once instead of restarting it; a preempted or lost worker restarts the whole JobSet,
+within its restart budget. Outside a KFP run an ownerReference to the task's pod lets
+Kubernetes collect the job if the task's pod goes away first."""
 from __future__ import annotations
 
 import json
 import os
-import signal
 import threading
-import time
 import uuid
 from typing import Dict, List, Literal, Optional, Tuple
 
 from pydantic import Field
 
 from components.contracts import storage
-from components.contracts.errors import GpupipeError
+from components.contracts.errors import CONFIG_ERROR_EXIT
 from components.contracts.pods import PRIORITY_LABEL, PodShape
 from components.contracts.settings import Strict
+from components.train.follow import MANAGED_KEY, MANAGED_VALUE, WORKFLOW_API, create_or_adopt, follow_job, job_state  # noqa: F401
+from components.train.kube import (API_ATTEMPTS, API_TIMEOUT, SERVICE_ACCOUNT_TOKEN, TimedApi,  # noqa: F401
+                                   current_namespace, kubernetes_api, with_retries)
 
 TF_PORT = 2222
+# A worker's exit codes that no restart can fix: components/train/__main__.py exits 2 on a
+# GpupipeError (the config, the data). Its Job fails on the first (podFailurePolicy FailJob),
+# and the JobSet's rule fails the JobSet on a Job failed that way (reason PodFailurePolicy).
+NON_RETRYABLE_EXIT_CODES = (CONFIG_ERROR_EXIT,)
+FAIL_FOR_GOOD_RULE = "non-retryable-exit"
 WORKERS_ENV = "GPUPIPE_TF_WORKERS"  # JobSet: the workers' host:port list, TF_CONFIG is built from it
 # The train task's Argo Workflow (the KFP run; its retries share it), by the downward API: the
 # job's name comes from it, so a retried task finds the job its first attempt created.
@@ -32,13 +42,12 @@ WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 FINISHED_TTL_SECONDS = 24 * 3600  # a finished job, and its pods' logs, stay a day
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
 POD_NAME_ENV, POD_UID_ENV = "GPUPIPE_POD_NAME", "GPUPIPE_POD_UID"  # the task's own pod (downward API)
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 # What the launcher asks of the Kubernetes API about its job (follow_job): the launcher Role
 # (pipelines/manifests.py launcher_rbac) grants these verbs and no others.
 LAUNCHER_VERBS = ("create", "get", "delete")
-MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupipe"}
-_MANAGED_KEY = "app.kubernetes.io/managed-by"
+MANAGED_BY = {MANAGED_KEY: MANAGED_VALUE}
+# What it asks of the run's Argo Workflow: whether the run was cancelled (follow.run_cancelled).
+WORKFLOW_VERBS = ("get",)
 # A tuning trial's JobSet and its pods: its trial id (and PRIORITY_LABEL: training.tune.priority_class).
 TRIAL_LABEL = "gpupipe/trial"
 
@@ -127,182 +136,20 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
             # Any failed worker (preempted, its node lost) fails its Job; the JobSet then restarts
             # every worker together (MultiWorkerMirroredStrategy needs all of them), up to the
             # restart budget, and they resume from the backup.
-            "failurePolicy": {"maxRestarts": launch.max_restarts},
+            "failurePolicy": {"maxRestarts": launch.max_restarts, "rules": [
+                {"name": FAIL_FOR_GOOD_RULE, "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": ["worker"]},
             "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
             "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": {
                 "parallelism": launch.workers, "completions": launch.workers, "completionMode": "Indexed",
                 "backoffLimit": 0, "activeDeadlineSeconds": launch.shape.timeout_seconds,
+                "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                    "containerName": "trainer", "operator": "In", "values": list(NON_RETRYABLE_EXIT_CODES)}}]},
                 "template": template}}}],
         }
         if distributed:
             spec["network"] = {"enableDNSHostnames": True, "subdomain": name}
     return {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "spec": spec}
-
-
-def job_state(job: dict) -> tuple[str, str]:
-    """(Succeeded | Failed | the latest condition | Pending, reason) from a JobSet's or a
-    TFJob's status conditions."""
-    conditions = job.get("status", {}).get("conditions") or []
-    for state, types in (("Succeeded", ("Succeeded", "Completed")), ("Failed", ("Failed",))):
-        for c in conditions:
-            if c.get("type") in types and c.get("status") == "True":
-                return state, f"{c.get('reason', '')}: {c.get('message', '')}".strip(": ")
-    latest = [c for c in conditions if c.get("status") == "True"] or conditions
-    return (latest[-1].get("type", "Pending"), latest[-1].get("message", "")) if latest else ("Pending", "")
-
-
-TRANSIENT_STATUS = (429, 500, 502, 503, 504)  # the API server busy, restarting or behind a flaky proxy
-API_ATTEMPTS = 8
-API_TIMEOUT = (10.0, 30.0)  # each request: (connect, read) seconds (the kubernetes client's _request_timeout)
-API_DEADLINE = 180.0  # all tries of one call: a retry starts only if it can end by then
-
-
-class TimedApi:
-    """A kubernetes client API object whose every call carries API_TIMEOUT (the client's
-    own per-request `_request_timeout`; without it a request waits for ever on an API server
-    that accepts and never answers), unless the caller gives one."""
-
-    def __init__(self, api, timeout=None):
-        self._api, self._timeout = api, timeout
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._api, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-
-        def call(*args, **kwargs):
-            kwargs.setdefault("_request_timeout", self._timeout or API_TIMEOUT)
-            return attr(*args, **kwargs)
-
-        return call
-
-
-def with_retries(call, what: str, attempts: Optional[int] = None, first_wait: float = 0.5,
-                 deadline: Optional[float] = None):
-    """`call()`, tried again with jittered backoff (0.5 s doubling, at most 15 s) when the
-    Kubernetes API answers 429/5xx or the connection breaks or times out, within `attempts`
-    tries and `deadline` seconds (no retry starts that could end later: its wait and one
-    whole request, API_TIMEOUT); GpupipeError in one line when every try failed. Other
-    answers (404, 409, 403) are the caller's to read."""
-    import random
-
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    attempts, deadline = attempts or API_ATTEMPTS, deadline or API_DEADLINE
-    started, why, tried = time.monotonic(), "", 0
-    for attempt in range(attempts):
-        tried += 1
-        try:
-            return call()
-        except ApiException as err:
-            if err.status not in TRANSIENT_STATUS:
-                raise
-            why = f"HTTP {err.status} {err.reason or ''}".strip()
-        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as err:
-            why = type(getattr(err, "reason", None) or err).__name__  # MaxRetryError: what the one try met
-        wait = min(first_wait * 2 ** attempt, 15.0)
-        if attempt + 1 >= attempts or time.monotonic() - started + wait + sum(API_TIMEOUT) > deadline:
-            break
-        time.sleep(random.uniform(0.5, 1.0) * wait)
-    raise GpupipeError(f"training: the Kubernetes API failed {tried} times in {time.monotonic() - started:.0f} s "
-                       f"while the launcher {what} ({why}); check the API server (kubectl get --raw /readyz) and "
-                       "retry the run")
-
-
-def create_or_adopt(api, manifest: dict, group: str, version: str, plural: str, attempts: int = 30) -> bool:
-    """Creates the job; True. When it exists (409: an earlier attempt of this task made it,
-    then lost its pod), follows that one instead; False. One that already failed is
-    deleted and created anew."""
-    from kubernetes.client.exceptions import ApiException
-
-    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    for _ in range(attempts):
-        try:
-            with_retries(lambda: api.create_namespaced_custom_object(group, version, namespace, plural, manifest),
-                         f"created {manifest['kind']} {namespace}/{name}")
-            return True
-        except ApiException as err:
-            if err.status != 409:
-                raise
-        try:
-            existing = with_retries(lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
-                                    f"read {manifest['kind']} {namespace}/{name}")
-        except ApiException as err:
-            if err.status == 404:  # deleted meanwhile: create again
-                continue
-            raise
-        if existing.get("metadata", {}).get("labels", {}).get(_MANAGED_KEY) != MANAGED_BY[_MANAGED_KEY]:
-            raise GpupipeError(f"training: {manifest['kind']} {namespace}/{name} exists and is not gpupipe's; "
-                               f"delete it (kubectl -n {namespace} delete {plural} {name}) or rename the run")
-        if job_state(existing)[0] != "Failed":
-            return False
-        api.delete_namespaced_custom_object(group, version, namespace, plural, name,
-                                            body={"propagationPolicy": "Foreground"})
-        time.sleep(1.0)
-    raise GpupipeError(f"training: {manifest['kind']} {namespace}/{name} could not be created anew; "
-                       f"delete it (kubectl -n {namespace} delete {plural} {name}) and retry the run")
-
-
-class _Stopped(Exception):
-    """SIGTERM reached the task (the run was cancelled or the pod is being deleted)."""
-
-
-def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds: Optional[float] = None,
-               stopping: Optional[threading.Event] = None) -> str:
-    """Creates the job through `api` (kubernetes.client.CustomObjectsApi), follows it and
-    returns the success reason. Deletes it, then raises GpupipeError, when it fails or
-    runs past the deadline; deletes it and exits 143 on SIGTERM (in another thread than the
-    main one: when `stopping` is set, by the main thread's SIGTERM handler)."""
-    group, version = manifest["apiVersion"].split("/")
-    plural = next(p for g, v, p, k in API.values() if k == manifest["kind"])
-    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    kind = manifest["kind"]
-    api = api if isinstance(api, TimedApi) else TimedApi(api)
-    if create_or_adopt(api, manifest, group, version, plural):
-        print(f"created {kind} {namespace}/{name}", flush=True)
-    else:
-        print(f"re-attached to {kind} {namespace}/{name}: created by an earlier attempt of this task", flush=True)
-
-    def stop(signum, frame):
-        raise _Stopped()
-
-    previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
-    deadline = time.monotonic() + (timeout_seconds or 7 * 24 * 3600)
-    finished = False
-    try:
-        last = None
-        while time.monotonic() < deadline:
-            state, reason = job_state(with_retries(
-                lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
-                f"followed {kind} {namespace}/{name}"))
-            if state != last:
-                print(f"{kind} {name}: {state} {reason}".rstrip(), flush=True)
-                last = state
-            if state == "Succeeded":
-                finished = True
-                return reason
-            if state == "Failed":
-                raise GpupipeError(f"training.pods.workers: {kind} {namespace}/{name} failed ({reason}); see `kubectl -n "
-                                   f"{namespace} logs -l app.kubernetes.io/managed-by=gpupipe --prefix`")
-            if stopping is None:
-                time.sleep(poll_seconds)
-            elif stopping.wait(poll_seconds):
-                raise _Stopped()
-        raise GpupipeError(f"training.pods.workers: {kind} {namespace}/{name} did not finish within the train task's "
-                           "timeout; raise cluster.resources.train.timeout")
-    except _Stopped:
-        print(f"SIGTERM: deleting {kind} {namespace}/{name}", flush=True)
-        raise SystemExit(143) from None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        if not finished:
-            with_retries(lambda: api.delete_namespaced_custom_object(group, version, namespace, plural, name,
-                                                                     body={"propagationPolicy": "Foreground"}),
-                         f"deleted {kind} {namespace}/{name}")
-            print(f"deleted {kind} {namespace}/{name}", flush=True)
 
 
 def task_service_account(token_path: str = SERVICE_ACCOUNT_TOKEN) -> Optional[str]:
@@ -364,25 +211,7 @@ def run_training_job(launch: Launch, command: List[str], api=None, poll_seconds:
     launch = with_task_service_account(launch, namespace, task_service_account())
     owners = [] if os.environ.get(WORKFLOW_ENV) else owner_references(namespace)
     manifest = job_manifest(launch, name, namespace, command, owners)
-    return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds, stopping)
+    return follow_job(manifest, api or kubernetes_api(), poll_seconds, launch.shape.timeout_seconds, stopping,
+                      workflow=os.environ.get(WORKFLOW_ENV, ""), workflow_namespace=current_namespace())
 
 
-def kubernetes_api():
-    """CustomObjectsApi from the pod's service account (in cluster) or the kube config."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
-    configuration.retries = 0  # urllib3 tries once: the retries are with_retries', within its deadline
-    return TimedApi(client.CustomObjectsApi(client.ApiClient(configuration)))
-
-
-def current_namespace() -> str:
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return "default"
