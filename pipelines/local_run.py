@@ -28,6 +28,7 @@ from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
 from pipelines.reports import ANOMALIES_DIR, BLESSING_DIR, PUSHED_DIR, REPORT_OUTPUT
 from pipelines.run_dir import RUN_FILE, RunFolder, read_record
+from pipelines import stopping
 from pipelines.stopping import Terminated, run_task
 from pipelines.task_cache import HIT, TaskCache, caching_tasks, saved_seconds
 
@@ -303,8 +304,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
                     (warm_tasks() if warm else contextlib.nullcontext()), \
                     caching_tasks(TaskCache(str(pipeline_root / ".cache"), reuse=cache)):
                 pipeline(**params)
+                stopping.check()  # a signal whose exception was lost (pipelines/stopping.py: _Handler)
     except Terminated as stop:  # the task and the warm server are stopped by now (their own cleanup)
         stopped = stop
+        stopping.handled()
     finally:
         for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):
             if previous is None:

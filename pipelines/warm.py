@@ -280,7 +280,7 @@ def warm_server(preload=None, modules=EXECUTOR):
     process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env={**os.environ, **EXECUTOR_ENV}, process_group=0,
-                               preexec_fn=stopping.die_with_parent)
+                               preexec_fn=stopping.dies_with_this_process())
     # A group of its own: a Ctrl-C at the terminal reaches the run, which stops the server
     # (below) after its task; the server dies with the run that started it (die_with_parent).
     environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable,

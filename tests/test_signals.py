@@ -144,3 +144,23 @@ def test_a_killed_client_leaves_no_warm_server_or_task_behind(tmp_path):
     proc.kill()
     proc.wait()
     assert gone_within(proc.pid, 10) == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_signal_whose_exception_python_dropped_still_stops_the_run_at_the_next_task(tmp_path):
+    """Python prints and drops what a signal handler raises inside a __del__ (or an at-fork
+    callback, as logging's at each Popen): the signal is kept, and the next task does not run."""
+    from pipelines.stopping import Terminated, run_task, stop_signals
+
+    class Dropped:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs here; its Terminated goes nowhere
+
+    with stop_signals() as handler:
+        Dropped()
+        assert handler.received == signal.SIGTERM
+        with pytest.raises(Terminated, match="terminated by SIGTERM"):
+            run_task([sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"])
+    assert not (tmp_path / "ran").exists()
+    assert signal.getsignal(signal.SIGTERM) is not handler  # put back

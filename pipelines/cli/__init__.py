@@ -29,7 +29,7 @@ from pipelines.cli import (compile_, doctor, examples, init, manifest, pool, pre
 from pipelines.cli.common import CONFIG_DIR, storage_environment  # noqa: E402
 from pipelines.cli.compile_ import COMPILED_DIR, compile_to_text, compiled_path  # noqa: E402
 from pipelines.config import ConfigDeprecation  # noqa: E402
-from pipelines.stopping import Terminated, stop_signals  # noqa: E402
+from pipelines.stopping import Terminated, check, handled, stop_signals  # noqa: E402
 
 __all__ = ["COMPILED_DIR", "CONFIG_DIR", "build_parser", "compile_to_text", "compiled_path", "main"]
 
@@ -75,8 +75,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with (stop_signals() if args.command in STOPPABLE else contextlib.nullcontext()), storage_environment(args):
-            return args.func(args)
+            code = args.func(args)
+            check()  # a stop signal whose exception was lost, and no one handled
+            return code
     except Terminated as stop:  # before or after the run's tasks (a run stopped during them returns its code)
+        handled()
         print(f"gpupipe {args.command}: {stop}", file=sys.stderr, flush=True)
         return stop.exit_code
     except GpupipeError as err:  # bad input or a failed run: exit 1 (a malformed command line: argparse's 2)
