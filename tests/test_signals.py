@@ -51,6 +51,18 @@ def gone_within(sid: int, seconds: float) -> list:
     return session(sid)
 
 
+def catches(pid: int, signum: int, timeout: float = 60) -> None:
+    """Waits until the process `pid` handles `signum` (its handler installed: /proc/PID/status SigCgt)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        if caught & (1 << (signum - 1)):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never handled signal {signum}")
+
+
 def start(*args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, env=run_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -118,6 +130,16 @@ def test_sigterm_during_ingest_then_during_train_leaves_nothing_and_resume_finis
     assert "ingest      CACHED" in done.stdout and "train       SUCCESS" in done.stdout
     assert f"pushed version 1: {tmp_path / 'serving'}/penguins/1" in done.stdout
     assert sorted(p.name for p in (tmp_path / "serving" / "penguins").iterdir() if p.name.isdigit()) == ["1"]
+
+    # predict with the version pushed, stopped the same way: one line, 143, no predictions file
+    output = tmp_path / "predictions.csv"
+    proc = start("predict", "configs/penguins.yaml", "--data", "data/penguins.csv", "--output", str(output),
+                 "--serving-base", str(tmp_path / "serving"))
+    catches(proc.pid, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    printed, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and printed == "gpupipe predict: terminated by SIGTERM\n", printed
+    assert not output.exists() and gone_within(proc.pid, 5) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
