@@ -133,10 +133,12 @@ def run_task(full_command: List[str]) -> int:
     code), with the task in a process group of its own that dies with this process, and no
     terminal input. Any exception here (Terminated, KeyboardInterrupt) stops the group first;
     a stop signal whose exception was lost is raised here (`check`)."""
+    from pipelines.warm_client import TASK_GROUP_ENV
+
     check()
     process = subprocess.Popen(full_command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, bufsize=1, process_group=0,
-                               preexec_fn=dies_with_this_process())
+                               preexec_fn=dies_with_this_process(), env={**os.environ, TASK_GROUP_ENV: "1"})
     _running.add(process.pid)
     try:
         check()

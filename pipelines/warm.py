@@ -93,10 +93,10 @@ def _run_child(inherited, fds, request: dict, server: int) -> None:
             os.close(fd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        # The task's process group is its client's (one group per task, stopped as one:
-        # pipelines/stopping.py), or its own where that is not allowed (another session).
+        # The task's process group is its client's when that is the task's own (one group per
+        # task, stopped as one: pipelines/stopping.py), else (or in another session) its own.
         try:
-            os.setpgid(0, int(request.get("pgid", 0)))
+            os.setpgid(0, int(request.get("pgid") or 0))
         except (OSError, ValueError):
             os.setpgid(0, 0)
         stopping.die_with_parent(signal.SIGTERM, parent=server)
@@ -194,9 +194,12 @@ def _import(name: str) -> None:
 
 
 def _stop_task(pid: int) -> None:
-    """SIGTERM to a task (a forked child) and its process group."""
+    """SIGTERM to a task (a forked child) and its process group (never this server's group,
+    nor the one of the process that started it)."""
     with contextlib.suppress(OSError):
-        os.killpg(os.getpgid(pid), signal.SIGTERM)
+        group = os.getpgid(pid)
+        if group not in (os.getpgrp(), os.getpgid(os.getppid())):
+            os.killpg(group, signal.SIGTERM)
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
 

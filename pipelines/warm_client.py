@@ -19,6 +19,9 @@ import sys
 
 SOCKET_ENV = "GPUPIPE_WARM_SOCKET"
 PYTHON_ENV = "GPUPIPE_WARM_PYTHON"
+# set for a task started in a process group of its own (pipelines/stopping.py: run_task): its
+# warm fork joins that group, so stopping the group stops all of the task
+TASK_GROUP_ENV = "GPUPIPE_TASK_GROUP"
 MODULES_ENV = "GPUPIPE_WARM_MODULES"  # what the server runs (`-m MODULE`, comma-separated); set by pipelines/warm.py
 
 
@@ -65,8 +68,9 @@ def main(args: list) -> int:
     except OSError:  # not listening yet (still importing) or gone: start cold
         conn.close()
         _cold(python, args)
-    # pgid: the task's fork joins this process's group, so the run stops the task with it
-    request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "pgid": os.getpgrp()}).encode()
+    # pgid: the task's fork joins this process's group when that is the task's own (else a group of its own)
+    group = os.getpgrp() if os.environ.get(TASK_GROUP_ENV) == "1" else 0
+    request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "pgid": group}).encode()
     socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
     header = _receive(conn, 4)
     if not header:  # the server died before forking: start cold
