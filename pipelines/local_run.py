@@ -278,10 +278,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     pipeline_root.mkdir(parents=True, exist_ok=True)
     record = {"config": config.model_dump(mode="json", exclude_unset=True), "parameters": params,
               **({"resumes": resumes} if resumes else {})}
-    folder = RunFolder(pipeline_root, config.name, record)
     steps = {name: StepResult(name) for name in registry.names()}
     pipeline = create_pipeline(config, local=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
+    folder = RunFolder(pipeline_root, config.name, record)
 
     error_fd, error_file = tempfile.mkstemp(prefix="gpupipe-errors-", suffix=".txt")
     os.close(error_fd)
@@ -308,6 +308,9 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     except Terminated as stop:  # the task and the warm server are stopped by now (their own cleanup)
         stopped = stop
         stopping.handled()
+    except BaseException:
+        folder.keep_log()
+        raise
     finally:
         for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):
             if previous is None:

@@ -99,15 +99,20 @@ class RunFolder:
         point_last_log(self.root, self.pipeline, log)
         return candidate
 
+    def keep_log(self) -> None:
+        """The run broke off before kfp.local named it: its log goes beside the runs."""
+        if self.path is None and self.log.exists():
+            final = last_log(self.root, self.pipeline)
+            os.replace(self.log, final)
+            self.log = final
+
     def finish(self, status: str, summary: str, note: str = "", **fields) -> None:
         """The run ended: its record says how, its log ends with `note`, summary.txt holds the summary."""
         if note:
             with open(self.log, "a", encoding="utf-8") as log:
                 log.write(f"\ngpupipe: {note}\n")
         if self.path is None:  # kfp.local never named the run: the log stays beside the runs
-            final = last_log(self.root, self.pipeline)
-            os.replace(self.log, final)
-            self.log = final
+            self.keep_log()
             return
         write_record(self.path, {**self.record, "status": status, **fields})
         write_whole(self.path / SUMMARY_FILE, summary + "\n")
