@@ -82,6 +82,8 @@ def enabled() -> bool:
 
 # -- the server -------------------------------------------------------------------------------
 _orphans: set = set()  # the sockets of clients that went away while their task ran
+
+
 def _run_child(inherited, fds, request: dict, server: int) -> None:
     """In the forked child: become the task kfp.local started, run it, exit with its code."""
     code = 1
@@ -153,7 +155,6 @@ def serve(path: str, modules=None) -> None:
 
     warnings.simplefilter("ignore")
     children: Dict[int, socket.socket] = {}
-
     parent = os.getppid()
 
     def stop(*_) -> None:
@@ -196,9 +197,12 @@ def _import(name: str) -> None:
 def _stop_task(pid: int) -> None:
     """SIGTERM to a task (a forked child) and its process group (never this server's group,
     nor the one of the process that started it)."""
+    spared = {os.getpgrp()}
+    with contextlib.suppress(OSError):
+        spared.add(os.getpgid(os.getppid()))
     with contextlib.suppress(OSError):
         group = os.getpgid(pid)
-        if group not in (os.getpgrp(), os.getpgid(os.getppid())):
+        if group not in spared:
             os.killpg(group, signal.SIGTERM)
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
