@@ -170,7 +170,8 @@ def warm_module(warm_session):
 def warm_python(warm_session):
     """(python, environment) for `python -m components.train ...` through the session's warm
     server: the multi-process training tests use it. The client passes a SIGTERM on to its
-    fork; a SIGKILL stops at the process it hits, so the SIGKILL tests kill the fork itself
+    fork; a SIGKILL stops at the process it hits (the server stops the fork of a killed client
+    soon after, when its socket closes, not at once), so the SIGKILL tests kill the fork itself
     (components/train/test_distributed.py finds it by its log file; the JobSet controller
     fixture, tests/fixtures/jobset_controller.py, kills every process in the pod's working
     directory)."""

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
 from components.contracts import names
-from components.contracts.compat.kfp import kfp_local_task_event, without_colours
+from components.contracts.compat.kfp import (kfp_local_run_name, kfp_local_task_event, kfp_local_task_runner,
+                                             without_colours)
 from components.contracts.errors import ERROR_FILE_ENV, GpupipeError
 from components.contracts.storage import is_remote
 from components.sources.readers import check_columns
@@ -26,13 +27,16 @@ from pipelines import steps as registry
 from pipelines.config import PipelineConfig
 from pipelines.factory import P_DATA_SOURCE, P_SERVING_BASE, create_pipeline, run_parameters
 from pipelines.reports import ANOMALIES_DIR, BLESSING_DIR, PUSHED_DIR, REPORT_OUTPUT
+from pipelines.run_dir import RUN_FILE, RunFolder, read_record
+from pipelines import stopping
+from pipelines.stopping import Terminated, run_task
 from pipelines.task_cache import HIT, TaskCache, caching_tasks, saved_seconds
 
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 PROGRESS = names.PROGRESS_PREFIX  # the trainer's progress lines (components/train/telemetry.py: Progress)
 _EPOCH = re.compile(r"epoch (\d+)/(\d+)")
 CACHED = "CACHED"  # a step whose outputs an earlier run with the same inputs made (pipelines/task_cache.py)
-RUN_FILE = "gpupipe-run.json"  # in each run's folder: its config and parameters (gpupipe resume)
+TERMINATED = "TERMINATED"  # a signal stopped the run (pipelines/stopping.py); `gpupipe resume` goes on
 
 
 def step_column() -> int:
@@ -63,10 +67,22 @@ class RunSummary:
     errors: List[str] = field(default_factory=list)
     notified: Optional[str] = None  # what notify.webhook_url was told, or why not
     saved: Dict[str, float] = field(default_factory=dict)  # reused tasks: what their first run took
+    terminated: Optional[Terminated] = None  # the signal that stopped the run
+    stopped_at: Optional[str] = None  # the step it stopped at
 
     @property
     def ok(self) -> bool:
         return self.status == "SUCCESS"
+
+    @property
+    def stopped(self) -> str:
+        """`terminated by SIGTERM at step train` ("" for a run no signal stopped)."""
+        return f"{self.terminated} at step {self.stopped_at}" if self.terminated else ""
+
+    def stopped_line(self) -> str:
+        """The one line a stopped run prints."""
+        goes_on = f"; `gpupipe resume {self.run_dir}` continues it" if self.run_dir else ""
+        return f"gpupipe run {self.pipeline}: {self.stopped}{goes_on}"
 
     @property
     def cached(self) -> List[str]:
@@ -111,6 +127,8 @@ class RunSummary:
             lines.append(f"  run report: {self.report}")
         if self.notified:
             lines.append(f"  {self.notified}")
+        if self.terminated:
+            lines.append(f"  {self.stopped_line().split(': ', 1)[1]}")
         for err in self.errors:
             lines.append(f"error: {err}")
         if self.log_file:
@@ -129,7 +147,7 @@ class _ProgressTee(io.TextIOBase):
 
     def __init__(self, log: TextIO, console: TextIO, steps: Dict[str, StepResult], quiet: bool = False):
         self._log, self._console, self._steps = log, console, steps
-        self._started: Dict[str, float] = {}
+        self.started: Dict[str, float] = {}
         self._buffer = ""
         self._quiet = quiet
         self._tty = console.isatty()
@@ -184,7 +202,7 @@ class _ProgressTee(io.TextIOBase):
             event = (step.name if step else event[0], event[1])
         if event and event[1] is None:
             name = event[0]
-            self._started[name] = time.monotonic()
+            self.started[name] = time.monotonic()
             self._running = name
             if name in self._steps:
                 self._steps[name].status = "RUNNING"
@@ -198,7 +216,7 @@ class _ProgressTee(io.TextIOBase):
                 status = CACHED
             if name in self._steps:
                 self._steps[name].status = status
-                self._steps[name].seconds = time.monotonic() - self._started.get(name, time.monotonic())
+                self._steps[name].seconds = time.monotonic() - self.started.get(name, time.monotonic())
                 self._say(f"  {name:<{self._width}} {status} in {self._steps[name].seconds:.1f}s")
         elif line.lstrip().startswith(PROGRESS):  # kfp.local indents a task's own lines
             self._progress(line)
@@ -217,18 +235,13 @@ def preflight(config: PipelineConfig, params: dict) -> None:
     check_columns(source, data.label, data.features, data.split.key, data.format)
 
 
-def _latest_run_dir(pipeline_root: Path, name: str, before: set) -> Optional[Path]:
-    new = [p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p not in before]
-    return max(new, key=lambda p: p.stat().st_mtime) if new else None
-
-
 def _read_json(path: Path) -> Optional[dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optional[dict] = None,
               console: Optional[TextIO] = None, quiet: bool = False, warm: Optional[bool] = None,
-              cache: bool = True) -> RunSummary:
+              cache: bool = True, resumes: Optional[str] = None) -> RunSummary:
     """Runs every step through kfp.local (SubprocessRunner, this Python environment) and
     returns the summary. Raises GpupipeError for input problems found before the run.
     `warm` (default: unless GPUPIPE_WARM_START=0): tasks start as forks of a process that
@@ -236,7 +249,10 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     `cache`: ingest, validate, train and evaluate reuse the outputs of an earlier run with the
     same inputs, as KFP's cache does on the cluster (pipelines/task_cache.py); False reuses
     nothing (what runs is still stored). `console`: where progress goes (default: sys.stderr
-    as it is at the call, not at import, so an in-process caller that swaps it is safe)."""
+    as it is at the call, not at import, so an in-process caller that swaps it is safe).
+    A stop signal (pipelines/stopping.py: Terminated, raised by the command's handler) stops
+    the running task and the warm server; the summary then says where (`terminated`,
+    `stopped_at`), as do the run's folder (run.log, RUN_FILE, summary.txt)."""
     from pipelines.warm import enabled, warm_tasks
 
     console = sys.stderr if console is None else console
@@ -260,14 +276,15 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
 
     pipeline_root = Path(runs_dir).resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
-    before = set(pipeline_root.glob(f"{config.name}-*"))
+    record = {"config": config.model_dump(mode="json", exclude_unset=True), "parameters": params,
+              **({"resumes": resumes} if resumes else {})}
     steps = {name: StepResult(name) for name in registry.names()}
     pipeline = create_pipeline(config, local=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
+    folder = RunFolder(pipeline_root, config.name, record)
 
     error_fd, error_file = tempfile.mkstemp(prefix="gpupipe-errors-", suffix=".txt")
     os.close(error_fd)
-    log_path = pipeline_root / f"{config.name}-last.log"
     previous_error_env = os.environ.get(ERROR_FILE_ENV)
     previous_log_level = os.environ.get(TF_LOG_LEVEL_ENV)
     os.environ[ERROR_FILE_ENV] = error_file
@@ -276,14 +293,24 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if not quiet:
         print(f"gpupipe run {config.name}: running {len(steps)} steps locally (kfp.local)", file=console,
               flush=True)
+    stopped = None
+    tee = None
     try:
-        with open(log_path, "w", encoding="utf-8") as log, warnings.catch_warnings():
+        with folder.open_log() as log, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tee = _ProgressTee(log, console, steps, quiet)
             with contextlib.redirect_stdout(tee), contextlib.redirect_stderr(tee), \
+                    kfp_local_run_name(folder.name), kfp_local_task_runner(run_task), \
                     (warm_tasks() if warm else contextlib.nullcontext()), \
                     caching_tasks(TaskCache(str(pipeline_root / ".cache"), reuse=cache)):
                 pipeline(**params)
+                stopping.check()  # a signal whose exception was lost (pipelines/stopping.py: _Handler)
+    except Terminated as stop:  # the task and the warm server are stopped by now (their own cleanup)
+        stopped = stop
+        stopping.handled()
+    except BaseException:
+        folder.keep_log()
+        raise
     finally:
         for name, previous in ((ERROR_FILE_ENV, previous_error_env), (TF_LOG_LEVEL_ENV, previous_log_level)):
             if previous is None:
@@ -294,21 +321,18 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     errors = [line.strip() for line in Path(error_file).read_text(encoding="utf-8").splitlines() if line.strip()]
     os.unlink(error_file)
 
-    run_dir = _latest_run_dir(pipeline_root, config.name, before)
-    final_log = log_path
-    if run_dir is not None:
-        final_log = run_dir / "run.log"
-        os.replace(log_path, final_log)
+    run_dir = folder.path
     status = "SUCCESS" if all(s.status in ("SUCCESS", CACHED) for s in steps.values()) else "FAILURE"
+    stopped_at = _stopped_at(steps, tee) if stopped else None
+    if stopped:
+        status, errors = TERMINATED, []
     failed = [s.name for s in steps.values() if s.status == "FAILURE"]
-    if status != "SUCCESS" and not errors:
+    if status == "FAILURE" and not errors:
         errors = [f"step {', '.join(failed) or '?'} failed; see the full log"]
     summary = RunSummary(pipeline=config.name, status=status, seconds=seconds, steps=list(steps.values()),
-                         run_dir=str(run_dir) if run_dir else None, log_file=str(final_log), errors=errors,
-                         saved=tee.saved)
+                         run_dir=str(run_dir) if run_dir else None, log_file=str(folder.log), errors=errors,
+                         saved=tee.saved if tee else {}, terminated=stopped, stopped_at=stopped_at)
     if run_dir is not None:
-        (run_dir / RUN_FILE).write_text(json.dumps({"config": config.model_dump(mode="json", exclude_unset=True),
-                                                    "parameters": params}, indent=2), encoding="utf-8")
         summary.blessing = _read_json(run_dir.joinpath(*BLESSING_DIR, names.BLESSING_FILE))
         summary.push = _read_json(run_dir.joinpath(*PUSHED_DIR, names.PUSH_RESULT_FILE))
         summary.validation = _read_json(run_dir.joinpath(*ANOMALIES_DIR, names.VALIDATION_FILE))
@@ -321,9 +345,23 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
             except OSError:
                 shutil.copyfile(page, beside)
             summary.report = str(beside)
-    if config.notify.webhook_url:
+    if config.notify.webhook_url and not stopped:  # a stopped run has seconds to end in: no remote calls
         summary.notified = notify_outcome(config, summary)
+    extra = {"terminated": {"signal": stopped.name, "step": stopped_at}} if stopped else {}
+    folder.finish(status, summary.render(), note=summary.stopped, **extra)
+    summary.log_file = str(folder.log)
     return summary
+
+
+def _stopped_at(steps: Dict[str, StepResult], tee: Optional[_ProgressTee]) -> str:
+    """The step a signal stopped the run at: the one running (marked TERMINATED), else the next."""
+    running = next((s for s in steps.values() if s.status == "RUNNING"), None)
+    if running is None:
+        return next((s.name for s in steps.values() if s.status == "NOT RUN"), "the end")
+    running.status = TERMINATED
+    started = tee.started.get(running.name) if tee else None
+    running.seconds = time.monotonic() - started if started is not None else None
+    return running.name
 
 
 def resume_local(run_dir: str, console: Optional[TextIO] = None, quiet: bool = False, warm: Optional[bool] = None,
@@ -333,14 +371,13 @@ def resume_local(run_dir: str, console: Optional[TextIO] = None, quiet: bool = F
     after it run."""
     from pipelines.config import parse_config
 
-    record = Path(run_dir) / RUN_FILE
-    if not record.is_file():
+    saved = read_record(Path(run_dir))
+    if saved is None:
         raise GpupipeError(f"{run_dir}: no {RUN_FILE} here; give the folder of a local run (runs/<pipeline>-<time>), "
                            "as `gpupipe run` prints it")
-    saved = json.loads(record.read_text(encoding="utf-8"))
-    config = parse_config(saved["config"], origin=str(record))
+    config = parse_config(saved["config"], origin=str(Path(run_dir) / RUN_FILE))
     return run_local(config, runs_dir=str(Path(run_dir).resolve().parent), overrides=saved["parameters"],
-                     console=console, quiet=quiet, warm=warm, cache=cache)
+                     console=console, quiet=quiet, warm=warm, cache=cache, resumes=str(Path(run_dir).resolve()))
 
 
 def notify_outcome(config: PipelineConfig, summary: RunSummary) -> str:

@@ -40,7 +40,7 @@ from typing import Dict
 
 from components.contracts.compat import patched_attribute, patched_environ
 from components.contracts.compat.kfp import EXECUTOR_ENV, EXECUTOR_MODULE, FUNCTION_FLAG, executor_argument
-from pipelines import steps, warm_client
+from pipelines import steps, stopping, warm_client
 
 WARM_ENV = "GPUPIPE_WARM_START"
 SHIM_ENV = "GPUPIPE_WARM_SHIM"  # set with the client's variables: a server this environment can use
@@ -81,7 +81,10 @@ def enabled() -> bool:
 
 
 # -- the server -------------------------------------------------------------------------------
-def _run_child(inherited, fds, request: dict) -> None:
+_orphans: set = set()  # the sockets of clients that went away while their task ran
+
+
+def _run_child(inherited, fds, request: dict, server: int) -> None:
     """In the forked child: become the task kfp.local started, run it, exit with its code."""
     code = 1
     try:
@@ -90,8 +93,15 @@ def _run_child(inherited, fds, request: dict) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        # The task's process group is its client's when that is the task's own (one group per
+        # task, stopped as one: pipelines/stopping.py), else (or in another session) its own.
+        try:
+            os.setpgid(0, int(request.get("pgid") or 0))
+        except (OSError, ValueError):
+            os.setpgid(0, 0)
+        stopping.die_with_parent(signal.SIGTERM, parent=server)
         if "numpy" in sys.modules:  # as a new process would: fresh entropy (random reseeds itself at fork)
             sys.modules["numpy"].random.seed()
         os.chdir(request["cwd"])
@@ -145,15 +155,17 @@ def serve(path: str, modules=None) -> None:
 
     warnings.simplefilter("ignore")
     children: Dict[int, socket.socket] = {}
+    parent = os.getppid()
 
     def stop(*_) -> None:
         # At once, also in the middle of an import (TensorFlow's takes seconds): the tasks
-        # still running get SIGTERM, as below, and nothing else is left to finish.
-        for pid in list(children):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        # still running get SIGTERM, each with its process group, and nothing else is left
+        # to finish. SIGTERM comes from the run that started this server, or from the kernel
+        # when that run died without a word (stopping.die_with_parent, at the server's start).
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+        for pid in list(children):
+            _stop_task(pid)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
@@ -165,7 +177,9 @@ def serve(path: str, modules=None) -> None:
     modules = default if modules is None else tuple(modules)
     # a run's first task arrives at once and brings its own needs; the second step's come next
     pending = [*modules, *(needs(order[1]) if modules == default and len(order) > 1 else ())]
-    while True:  # until SIGTERM (stop)
+    while True:  # until SIGTERM (stop), or the run that started it is gone
+        if os.getppid() != parent:  # where no parent-death signal came (not Linux)
+            stop()
         step = _serve_once(listener, children, timeout=0 if pending else 0.2)
         if step:
             pending = [m for m in pending + lookahead(step) if m not in sys.modules]
@@ -180,18 +194,41 @@ def _import(name: str) -> None:
         importlib.import_module(name)
 
 
+def _stop_task(pid: int) -> None:
+    """SIGTERM to a task (a forked child) and its process group (never this server's group,
+    nor the one of the process that started it)."""
+    spared = {os.getpgrp()}
+    with contextlib.suppress(OSError):
+        spared.add(os.getpgid(os.getppid()))
+    with contextlib.suppress(OSError):
+        group = os.getpgid(pid)
+        if group not in spared:
+            os.killpg(group, signal.SIGTERM)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
+
+
 def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> str:
     """Forks a child for each waiting request, then reaps the children that ended and
-    sends each one's exit code to its client. Returns the last step started ("" if none)."""
+    sends each one's exit code to its client. A client whose socket closes while its task
+    runs is gone (killed: nothing waits for the task any more): the task is stopped.
+    Returns the last step started ("" if none)."""
     started = ""
     while True:
+        watched = [conn for conn in children.values() if conn.fileno() >= 0 and conn not in _orphans]
         try:
-            ready, _, _ = select.select([listener], [], [], timeout)
+            ready, _, _ = select.select([listener, *watched], [], [], timeout)
         except InterruptedError:
             ready = []
         if not ready:
             break
         timeout = 0
+        for pid, conn in list(children.items()):
+            if conn in ready:  # a client sends nothing after its request: this is its end
+                _orphans.add(conn)
+                _stop_task(pid)
+        if listener not in ready:
+            continue
         conn, _ = listener.accept()
         request, fds = _receive_request(conn)
         if request is None or len(fds) != 3:
@@ -203,9 +240,10 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
         for name in needs(step):
             _import(name)
         started = step or started
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _run_child([listener, conn, *children.values()], fds, request)
+            _run_child([listener, conn, *children.values()], fds, request, server)
         for fd in fds:  # the child holds the task's streams; kfp.local sees EOF when it ends
             os.close(fd)
         children[pid] = conn
@@ -216,6 +254,7 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
             break
         code = os.waitstatus_to_exitcode(status)
         conn = children.pop(pid, None)
+        _orphans.discard(conn)
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
@@ -247,17 +286,21 @@ def warm_server(preload=None, modules=EXECUTOR):
     preload = default_preload() if preload is None else preload
     process = subprocess.Popen([sys.executable, "-m", "pipelines.warm", path, ",".join(preload)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ, **EXECUTOR_ENV})
+                               env={**os.environ, **EXECUTOR_ENV}, process_group=0,
+                               preexec_fn=stopping.dies_with_this_process())
+    # A group of its own: a Ctrl-C at the terminal reaches the run, which stops the server
+    # (below) after its task; the server dies with the run that started it (die_with_parent).
     environment = {warm_client.SOCKET_ENV: path, warm_client.PYTHON_ENV: sys.executable,
                    warm_client.MODULES_ENV: ",".join(modules), SHIM_ENV: shim}
     try:
         yield WarmServer(process, shim, environment)
     finally:
-        process.terminate()
+        process.terminate()  # its tasks with it (serve: stop)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+            process.wait(timeout=stopping.STOP_GRACE)
+        except subprocess.TimeoutExpired:  # inside a long C call: its tasks die with it (_run_child)
             process.kill()
+            process.wait()
         for name in (path, path + ".tmp", shim):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)

@@ -5,7 +5,8 @@ library only (it starts in milliseconds).
 It hands its arguments, environment, working directory and its stdin/stdout/stderr (the
 file descriptors themselves, SCM_RIGHTS) to the warm server, which forks a process that
 already imported TensorFlow and the steps' libraries, and runs the task there. It forwards
-SIGTERM/SIGINT to that process and exits with its exit code. When there is no warm server
+SIGTERM/SIGINT/SIGHUP to that process and exits with its exit code; that process joins this
+one's process group, so a run that stops the group stops the task. When there is no warm server
 (not started yet, or gone) or the command is not a KFP executor, it becomes the real Python
 (`os.execv`), so a task always runs, warm or cold.
 """
@@ -18,6 +19,9 @@ import sys
 
 SOCKET_ENV = "GPUPIPE_WARM_SOCKET"
 PYTHON_ENV = "GPUPIPE_WARM_PYTHON"
+# set for a task started in a process group of its own (pipelines/stopping.py: run_task): its
+# warm fork joins that group, so stopping the group stops all of the task
+TASK_GROUP_ENV = "GPUPIPE_TASK_GROUP"
 MODULES_ENV = "GPUPIPE_WARM_MODULES"  # what the server runs (`-m MODULE`, comma-separated); set by pipelines/warm.py
 
 
@@ -35,7 +39,24 @@ def _receive(conn: socket.socket, size: int) -> bytes:
     return data
 
 
+def _die_with_parent() -> None:
+    """SIGTERM to this process (and the task it becomes, cold) when its parent dies (Linux):
+    pipelines/stopping.py's die_with_parent, with the standard library only."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(args: list) -> int:
+    _die_with_parent()
     python = os.environ.get(PYTHON_ENV) or sys.executable
     path = os.environ.get(SOCKET_ENV, "")
     modules = os.environ.get(MODULES_ENV, "").split(",")
@@ -47,14 +68,22 @@ def main(args: list) -> int:
     except OSError:  # not listening yet (still importing) or gone: start cold
         conn.close()
         _cold(python, args)
-    request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    # pgid: the task's fork joins this process's group when that is the task's own (else a group of its own)
+    group = os.getpgrp() if os.environ.get(TASK_GROUP_ENV) == "1" else 0
+    request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "pgid": group}).encode()
     socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
     header = _receive(conn, 4)
     if not header:  # the server died before forking: start cold
         _cold(python, args)
     child = struct.unpack("!i", header)[0]
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    def forward(signum, _frame):
+        try:  # a task that could not join this group leads its own (pipelines/warm.py: _run_child)
+            os.killpg(child, signum)
+        except OSError:
+            os.kill(child, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
     status = _receive(conn, 4)  # the task's exit code (128 + N when a signal N ended it)
     return struct.unpack("!i", status)[0] if status else 1
 

@@ -40,6 +40,20 @@ def test_the_kfp_hooks_are_still_there():
     with compat.kfp_local_task_handler(dict):
         assert subprocess_task_handler.SubprocessTaskHandler is dict
     assert subprocess_task_handler.SubprocessTaskHandler.__name__ == "SubprocessTaskHandler"
+    # the handler runs each command through the module's run_local_subprocess(full_command=...)
+    from kfp.local import executor_input_utils, pipeline_orchestrator
+
+    from components.contracts.compat.kfp import kfp_local_run_name, kfp_local_task_runner
+
+    assert "run_local_subprocess(full_command=" in inspect.getsource(subprocess_task_handler.SubprocessTaskHandler.run)
+    with kfp_local_task_runner(len):
+        assert subprocess_task_handler.run_local_subprocess is len
+    assert subprocess_task_handler.run_local_subprocess.__name__ == "run_local_subprocess"
+    # the run's folder is named once, through the module attribute, from the pipeline's name
+    assert "executor_input_utils.get_local_pipeline_resource_name(" in inspect.getsource(pipeline_orchestrator)
+    with kfp_local_run_name(lambda default, name: f"{default(name)}-claimed"):
+        assert re.fullmatch(r"p-[\d-]+-claimed", executor_input_utils.get_local_pipeline_resource_name("p"))
+    assert executor_input_utils.get_local_pipeline_resource_name.__name__ == "get_local_pipeline_resource_name"
     before = pipeline_task.inspect
     with compat.kfp_setters_without_source():
         assert pipeline_task.inspect.stack()[0].code_context is None  # no source lines read

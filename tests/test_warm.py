@@ -5,6 +5,7 @@ runs a small Lightweight Python Component each time."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from kfp import dsl, local
@@ -131,3 +132,29 @@ def test_the_client_runs_the_executor_warm_and_forwards_sigterm_as_128_plus_the_
         task.send_signal(signal.SIGTERM)
         started = time.monotonic()
         assert task.wait(timeout=30) == 128 + signal.SIGTERM and time.monotonic() - started < 10
+
+
+def test_a_task_whose_client_is_killed_is_stopped_by_the_server(tmp_path):
+    """SIGKILL of the client (no handler runs): its socket closes, and the server stops the
+    task it forked for it instead of leaving it to run on with nobody waiting."""
+    import signal
+    import time
+
+    with warm.warm_tasks(preload=LIGHT) as server:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.environ[warm.warm_client.SOCKET_ENV]) and time.monotonic() < deadline:
+            time.sleep(0.05)  # listening: the task runs warm, not cold
+        waiting = tmp_path / "component.py"
+        waiting.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(60)\n")
+        client = subprocess.Popen([sys.executable, "-m", "kfp.dsl.executor_main", "--component_module_path",
+                                   str(waiting), "--executor_input", "{}", "--function_to_execute", "f"],
+                                  cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        line = next(line for line in iter(client.stdout.readline, "") if line.startswith("pid "))
+        task = int(line.split()[1])
+        assert Path(f"/proc/{task}/stat").read_text().split(")")[1].split()[1] == str(server.pid)  # the fork
+        client.kill()
+        client.wait()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{task}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{task}").exists() and server.poll() is None  # the task, not the server

@@ -13,6 +13,7 @@ exit code 1 (2 only for a malformed command line, from argparse); no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
@@ -28,11 +29,14 @@ from pipelines.cli import (compile_, doctor, examples, init, manifest, pool, pre
 from pipelines.cli.common import CONFIG_DIR, storage_environment  # noqa: E402
 from pipelines.cli.compile_ import COMPILED_DIR, compile_to_text, compiled_path  # noqa: E402
 from pipelines.config import ConfigDeprecation  # noqa: E402
+from pipelines.stopping import Terminated, check, handled, stop_signals  # noqa: E402
 
 __all__ = ["COMPILED_DIR", "CONFIG_DIR", "build_parser", "compile_to_text", "compiled_path", "main"]
 
 # in the order `gpupipe -h` lists them
 GROUPS = (compile_, predict, run, init, examples, serving, remote, report, manifest, pool, doctor)
+# the commands that stop on SIGTERM, SIGINT and SIGHUP alike, with 128 + the signal (pipelines/stopping.py)
+STOPPABLE = {"run", "resume", "predict"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,8 +74,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     try:
-        with storage_environment(args):
-            return args.func(args)
+        with (stop_signals() if args.command in STOPPABLE else contextlib.nullcontext()), storage_environment(args):
+            code = args.func(args)
+            check()  # a stop signal whose exception was lost, and no one handled
+            return code
+    except Terminated as stop:  # before or after the run's tasks (a run stopped during them returns its code)
+        handled()
+        print(f"gpupipe {args.command}: {stop}", file=sys.stderr, flush=True)
+        return stop.exit_code
     except GpupipeError as err:  # bad input or a failed run: exit 1 (a malformed command line: argparse's 2)
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,8 +1,14 @@
 """`gpupipe run` (the pipeline end to end on this machine, kfp.local) and `gpupipe resume`
-(a local run again, reusing what finished)."""
+(a local run again, reusing what finished, also one a signal stopped).
+
+Both stop the same way on SIGTERM, SIGINT and SIGHUP (pipelines/stopping.py, installed by
+pipelines/cli/__init__.py): the running task and the warm server stop, the run's folder
+records `terminated by SIGTERM at step X`, one line is printed, and the exit code is 128 +
+the signal's number (143, 130, 129)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pipelines.config import load_config
 
@@ -20,6 +26,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["data_source"] = args.data_source
     summary = run_local(config, runs_dir=args.runs_dir, overrides=overrides, quiet=args.quiet,
                         warm=False if args.cold else None, cache=not args.no_cache)
+    return _ended(summary)
+
+
+def _ended(summary) -> int:
+    """The summary and 0 or 1; a run a signal stopped: one line, and 128 + the signal (143 for SIGTERM)."""
+    if summary.terminated:
+        print(summary.stopped_line(), file=sys.stderr, flush=True)
+        return summary.terminated.exit_code
     print(summary.render())
     return 0 if summary.ok else 1
 
@@ -28,8 +42,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from pipelines.local_run import resume_local
 
     summary = resume_local(args.run_dir, quiet=args.quiet, warm=False if args.cold else None)
-    print(summary.render())
-    return 0 if summary.ok else 1
+    return _ended(summary)
 
 
 def add_commands(sub) -> None:

@@ -10,7 +10,9 @@ appears outside this package.
 - `compat.kfp` (importable from here): `kfp_setters_without_source` (kfp's resource setters
   name their caller through `inspect.stack()`, seconds per compile in a process that imported
   TensorFlow), `kfp_local_task_handler` / `kfp_local_subprocess_handler` (kfp.local's
-  SubprocessRunner's task handler, looked up when each task starts); and kfp's executor
+  SubprocessRunner's task handler, looked up when each task starts), `kfp_local_task_runner`
+  (the function that runs a task's command, for a process group of its own) and
+  `kfp_local_run_name` (what names a local run's folder, for one claimed, not guessed); and kfp's executor
   command (`EXECUTOR_MODULE`, `EXECUTOR_ENV` with its private `_KFP_RUNTIME`, the flags,
   `executor_argument`), which the warm task start and the local task cache read;
   `kfp_client_with_deadlines` (kfp.Client's requests carry no timeout unless given one: every

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # The command every compiled task runs (kfp 2.13 kfp/dsl/component_factory.py,
 # _get_command_and_args_for_lightweight_component): `_KFP_RUNTIME=true python3 -m
@@ -70,6 +70,30 @@ def kfp_local_subprocess_handler() -> type:
     from kfp.local import subprocess_task_handler
 
     return subprocess_task_handler.SubprocessTaskHandler
+
+
+def kfp_local_task_runner(run: Callable[[List[str]], int]):
+    """For a kfp.local run: each SubprocessRunner task's command runs through `run(full_command)
+    -> exit code` instead of kfp's own Popen (kfp 2.13's subprocess_task_handler.run_local_subprocess,
+    looked up by SubprocessTaskHandler.run for each task; `run` prints the task's output as it does)."""
+    from kfp.local import subprocess_task_handler
+
+    from components.contracts.compat import patched_attribute
+
+    return patched_attribute(subprocess_task_handler, "run_local_subprocess", run)
+
+
+def kfp_local_run_name(name: Callable[[Callable[[str], str], str], str]):
+    """For a kfp.local run: its folder under the pipeline root is `name(kfp_default, pipeline_name)`
+    (kfp 2.13's pipeline_orchestrator.py names it once, at the run's start, with
+    executor_input_utils.get_local_pipeline_resource_name: `<pipeline>-<time to the microsecond>`)."""
+    from kfp.local import executor_input_utils
+
+    from components.contracts.compat import patched_attribute
+
+    default = executor_input_utils.get_local_pipeline_resource_name
+    return patched_attribute(executor_input_utils, "get_local_pipeline_resource_name",
+                             lambda pipeline_name: name(default, pipeline_name))
 
 
 # kfp.local reports each task on its log (kfp 2.13's kfp/local/task_dispatcher.py and

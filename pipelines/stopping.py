@@ -1,0 +1,214 @@
+"""How a local run stops: on a signal, with nothing of it left running, and the same way
+for `gpupipe run`, `resume` and `predict`.
+
+- `stop_signals()`: for a command's duration, SIGTERM (what `timeout`, CI runners, systemd
+  and schedulers send), SIGINT (Ctrl-C) and SIGHUP (a lost terminal) raise `Terminated` in
+  the main thread, once: a second signal while the first unwinds is noted, not raised again,
+  so the cleanup it started finishes. Each resource cleans up as the exception passes: the
+  running task's process group is stopped (`run_task`), the warm server is stopped
+  (pipelines/warm.py), the run records where it stopped (pipelines/local_run.py), and the
+  command exits 128 + the signal's number (143, 130, 129), as a shell reports it.
+- `run_task(command)`: a task's process in a process group of its own (a warm task's fork
+  joins it, pipelines/warm.py), so that the task and whatever it started stop together:
+  SIGTERM to the group, SIGKILL after STOP_GRACE seconds.
+- `die_with_parent()`: what a process cannot clean up when its parent is killed outright
+  (SIGKILL, the OOM killer): on Linux the kernel sends the child SIGTERM when its parent
+  dies (prctl PR_SET_PDEATHSIG). The warm server, every task's process and every warm task's
+  fork ask for it, so a killed `gpupipe run` leaves nothing behind within a second or two.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Iterator, List, Optional
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE = 3.0  # seconds a task's group has to end after SIGTERM before SIGKILL
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class Terminated(BaseException):
+    """A stop signal reached the command (a BaseException, as KeyboardInterrupt is: the
+    libraries' `except Exception` does not swallow it)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"terminated by {self.name}")
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@functools.lru_cache(maxsize=None)
+def _prctl() -> Optional[Callable[..., int]]:
+    """libc's prctl (Linux), None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: Optional[int] = None) -> bool:
+    """Asks the kernel to send this process `signum` when its parent dies (Linux; elsewhere
+    nothing, and False). `parent`: the parent's pid as the caller knew it; a parent already
+    gone by the time of the call is the same as one dying after it."""
+    prctl = _prctl()
+    if prctl is None or prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        return False
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+    return True
+
+
+def dies_with_this_process() -> Optional[Callable[[], int]]:
+    """Popen's preexec_fn for a child that gets SIGTERM when this process dies (None where
+    there is no prctl). prctl is looked up here, in this process: the child, between fork and
+    exec, only calls it (nothing imported, no lock taken), and this process is alive then
+    (Popen waits for the exec)."""
+    prctl = _prctl()
+    return None if prctl is None else functools.partial(prctl, _PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group `pgid` still runs. A zombie does not: a task orphaned by
+    its stopped shell waits to be reaped by init, which in a container may take its time."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                    state, _, group = f.read().rsplit(")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue
+            if int(group) == pgid and state not in ("Z", "X"):
+                return True
+    return False
+
+
+def stop_group(pgid: int, process: Optional[subprocess.Popen] = None, grace: float = STOP_GRACE) -> None:
+    """SIGTERM to the process group `pgid`; SIGKILL to what is left of it after `grace`
+    seconds. `process`: its leader, if this process started it (reaped here)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is None:
+            time.sleep(0.05)
+            continue
+        if not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+
+
+def run_task(full_command: List[str]) -> int:
+    """kfp.local's run of one task's command (kfp 2.13 kfp/local/subprocess_task_handler.py,
+    run_local_subprocess: its output line by line on stdout, then a blank line; the exit
+    code), with the task in a process group of its own that dies with this process, and no
+    terminal input. Any exception here (Terminated, KeyboardInterrupt) stops the group first;
+    a stop signal whose exception was lost is raised here (`check`)."""
+    from pipelines.warm_client import TASK_GROUP_ENV
+
+    check()
+    process = subprocess.Popen(full_command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, bufsize=1, process_group=0,
+                               preexec_fn=dies_with_this_process(), env={**os.environ, TASK_GROUP_ENV: "1"})
+    _running.add(process.pid)
+    try:
+        check()
+        for line in iter(process.stdout.readline, ""):
+            print(line, end="")
+            check()
+        print("\n")
+        code = process.wait()
+        check()
+        return code
+    except BaseException:
+        stop_group(process.pid, process)
+        raise
+    finally:
+        _running.discard(process.pid)
+        process.stdout.close()
+
+
+_running: set = set()  # the process groups of the tasks running now (run_task)
+
+
+class _Handler:
+    """Raises Terminated at the first stop signal, after a SIGTERM to the running tasks' groups.
+    Python prints and drops an exception a signal handler raises inside an at-fork callback
+    (logging's, at every Popen), a __del__ or a weakref callback: `received` stays set for
+    `check()`, and the task it stopped ends, so the run cannot go on as if nothing came."""
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self.handled = False  # a caller caught the Terminated (handled())
+
+    def __call__(self, signum, _frame) -> None:
+        if self.received is not None:  # the first one is being handled: let its cleanup finish
+            return
+        self.received = signum
+        for pgid in list(_running):
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGTERM)
+        raise Terminated(signum)
+
+
+_handler: Optional[_Handler] = None  # stop_signals' handler, while it is installed
+
+
+def check() -> None:
+    """Raises Terminated for a stop signal that came and whose exception nobody has caught yet."""
+    if _handler is not None and _handler.received is not None and not _handler.handled:
+        raise Terminated(_handler.received)
+
+
+def handled() -> None:
+    """The caller caught Terminated and ends the command on it: check() raises it no more."""
+    if _handler is not None:
+        _handler.handled = True
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[_Handler]:
+    """SIGTERM, SIGINT and SIGHUP raise Terminated for the block's duration (the main thread
+    only; elsewhere nothing changes). Yields the handler (`received`: the signal, if one came)."""
+    global _handler
+    handler = _Handler()
+    if threading.current_thread() is not threading.main_thread():
+        yield handler
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    outer, _handler = _handler, handler
+    try:
+        yield handler
+    finally:
+        _handler = outer
+        for sig, old in previous.items():
+            signal.signal(sig, old)
