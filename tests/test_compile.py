@@ -138,10 +138,11 @@ def test_cached_steps_are_keyed_on_the_uncached_fingerprint(penguins_docs):
     assert tasks["validate"]["cachingOptions"] == {"enableCache": True}
 
 
-def test_gpu_config_sets_retries_with_backoff(penguins_docs):
+def test_a_launched_train_task_has_no_kfp_retry(penguins_docs):
+    """The JobSet restarts the workers and outlives its launcher, which a KFP retry could not
+    follow past an hour (tests/test_launcher_semantics.py: launcher: pod keeps the retry)."""
     task = penguins_docs[1][0]["root"]["dag"]["tasks"]["train"]
-    assert task["retryPolicy"]["maxRetryCount"] == 2
-    assert task["retryPolicy"]["backoffDuration"] == "60s" and task["retryPolicy"]["backoffFactor"] == 2.0
+    assert "retryPolicy" not in task
 
 
 def test_multi_worker_config_requests_gpus_in_the_job_not_the_launcher(ctr_config):
@@ -152,7 +153,7 @@ def test_multi_worker_config_requests_gpus_in_the_job_not_the_launcher(ctr_confi
     spec = json.loads(launch)
     assert spec["kind"] == "jobset" and spec["workers"] == 2 and spec["shape"]["gpus"] == 2
     assert spec["shape"]["accelerator"] == "nvidia.com/gpu"
-    assert docs[0]["root"]["dag"]["tasks"]["train"]["retryPolicy"]["maxRetryCount"] == 3
+    assert "retryPolicy" not in docs[0]["root"]["dag"]["tasks"]["train"]  # the JobSet restarts, not KFP
     # The launcher learns its own pod (name and uid) and its run's Argo Workflow: the job is
     # named for the run, so a retried launcher finds the job its first attempt created.
     k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]

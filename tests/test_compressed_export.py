@@ -37,7 +37,7 @@ def gpupipe_run(config: str, tmp_path) -> str:
 
 
 def evaluation_of_last_run(tmp_path) -> dict:
-    run = sorted((tmp_path / "runs").glob("ctr-*"))[-1]
+    run = sorted(p for p in (tmp_path / "runs").glob("ctr-*") if p.is_dir())[-1]  # not the -last.log link
     (path,) = run.glob("evaluate/**/evaluation.json")
     return json.loads(path.read_text())
 

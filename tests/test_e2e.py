@@ -72,7 +72,7 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run, s3_bucket):
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
     assert [c.decode() for c in rows["classes"].numpy()] == ["Adelie", "Gentoo", "Chinstrap"]
 
-    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    run_dir = next(p for p in (tmp_path / "runs").glob("penguins-*") if p.is_dir())  # not the -last.log link
     blessing = json.loads((run_dir / "evaluate" / "blessing" / "blessing.json").read_text())
     assert blessing["blessed"] and blessing["value"] >= 0.9 and blessing["baseline_version"] is None
     assert f"eval accuracy: {blessing['value']:.4f} (threshold 0.9000): blessed" in summary
@@ -90,7 +90,7 @@ def test_gpupipe_report_prints_the_run_pages_path(first_run, capsys, monkeypatch
     from pipelines.cli import main  # `gpupipe report` in process, as the command line calls it
 
     tmp_path, summary, _ = first_run
-    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    run_dir = next(p for p in (tmp_path / "runs").glob("penguins-*") if p.is_dir())  # not the -last.log link
     page = run_dir / "report.html"
     assert f"  run report: {page}" in summary
     monkeypatch.chdir(ROOT)
@@ -118,7 +118,7 @@ def test_the_run_report_renders_its_plots_in_a_browser_without_network(first_run
     from tests.fixtures.browser import drawn_plots, rendered_dom
 
     tmp_path, _, _ = first_run
-    run_dir = next((tmp_path / "runs").glob("penguins-*"))
+    run_dir = next(p for p in (tmp_path / "runs").glob("penguins-*") if p.is_dir())  # not the -last.log link
     plots = drawn_plots(rendered_dom(str(run_dir / "report.html")))
     assert sorted(plots) == ["plot-confusion", "plot-loss", "plot-metrics"]  # three classes, nothing served before
     assert all(p["main_svg"] >= 1 for p in plots.values()), plots
