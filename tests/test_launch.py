@@ -274,8 +274,10 @@ def test_workers_default_to_the_tasks_service_account_without_its_token(ctr_conf
     from tests.fixtures.k8s_schema import assert_valid
 
     assert_valid(job_manifest(with_task_service_account(plain, "team-a", "default-editor"), "j", "team-a", COMMAND))
-    # another namespace has no such account; a configured one stays
-    assert with_task_service_account(plain, "team-b", "default-editor") == plain
+    # another namespace (training.pods.job_namespace) has no such account: the workers' own, which
+    # `manifest rbac` writes there, tokenless (not that namespace's `default`); a configured one stays
+    other = with_task_service_account(plain, "team-b", "default-editor").shape
+    assert (other.service_account, other.automount_token) == ("gpupipe-workers", False)
     configured = plain.model_copy(update={"shape": plain.shape.model_copy(update={"service_account": "trainer"})})
     assert with_task_service_account(configured, "team-a", "default-editor") == configured
     assert "automountServiceAccountToken" not in worker_pod(job_manifest(configured, "j", "team-a", COMMAND))

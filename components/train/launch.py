@@ -46,6 +46,9 @@ POD_NAME_ENV, POD_UID_ENV = "GPUPIPE_POD_NAME", "GPUPIPE_POD_UID"  # the task's 
 # (pipelines/manifests.py launcher_rbac) grants these verbs and no others.
 LAUNCHER_VERBS = ("create", "get", "delete")
 MANAGED_BY = {MANAGED_KEY: MANAGED_VALUE}
+# The workers' ServiceAccount in training.pods.job_namespace, when cluster.service_account names
+# none (the task's own is in the run's namespace): `gpupipe manifest rbac` writes it, tokenless.
+WORKERS_SERVICE_ACCOUNT = "gpupipe-workers"
 # What it asks of the run's Argo Workflow: whether the run was cancelled (follow.run_cancelled).
 WORKFLOW_VERBS = ("get",)
 # A tuning trial's JobSet and its pods: its trial id (and PRIORITY_LABEL: training.tune.priority_class).
@@ -169,10 +172,15 @@ def task_service_account(token_path: str = SERVICE_ACCOUNT_TOKEN) -> Optional[st
 
 def with_task_service_account(launch: Launch, namespace: str, account: Optional[str]) -> Launch:
     """Workers without cluster.service_account run as the task's ServiceAccount (its Workload
-    Identity or IRSA binding reads the buckets) when the job runs in the task's namespace,
-    without its API token mounted: they never call the Kubernetes API, and that account may
-    create jobs."""
-    if launch.shape.service_account or not account or namespace != current_namespace():
+    Identity or IRSA binding reads the buckets) when the job runs in the task's namespace, and
+    as WORKERS_SERVICE_ACCOUNT in another (training.pods.job_namespace: the task's account is
+    not there, and a pod naming none would get that namespace's `default`), without an API
+    token mounted: they never call the Kubernetes API, and the task's account may create jobs."""
+    if launch.shape.service_account:
+        return launch
+    if namespace != current_namespace():
+        account = WORKERS_SERVICE_ACCOUNT
+    if not account:
         return launch
     shape = launch.shape.model_copy(update={"service_account": account, "automount_token": False})
     return launch.model_copy(update={"shape": shape})

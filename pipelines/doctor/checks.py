@@ -286,14 +286,15 @@ def rbac_lines(cluster: Cluster, config, namespace: str, config_path: str, user:
         if not denied:
             lines.append(Line(True, f"RBAC {who} ({review}): may {', '.join(LAUNCHER_VERBS)} {resource} in {job_ns}"))
             continue
-        sa_ns, sa_name = account if account else (job_ns, "pipeline-runner")
-        fix = (f"gpupipe manifest rbac {config_path} --namespace {job_ns} --service-account {sa_name} | "
+        # manifest rbac's --namespace is the run's (the subject's); it writes the jobs' Role in job_ns
+        sa_ns, sa_name = account if account else (namespace, "pipeline-runner")
+        fix = (f"gpupipe manifest rbac {config_path} --namespace {sa_ns} --service-account {sa_name} | "
                "kubectl apply -f -")
+        if job_ns != sa_ns:
+            fix += f" (it writes the Role in {job_ns}, the RoleBinding's subject ServiceAccount {sa_name} of {sa_ns})"
         if not account:
             fix += (" (pipeline-runner on standalone KFP, default-editor in a Kubeflow profile); this checked your "
                     "own identity: pass --service-account SA to check the pipeline's")
-        elif sa_ns != job_ns:
-            fix += f" (the RoleBinding's subject: ServiceAccount {sa_name} of {sa_ns})"
         lines.append(Line(False, f"RBAC {who} ({review}): may not {', '.join(denied)} {resource} in {job_ns}, "
                                  f"which the train task's launcher does: {fix}"))
     return lines

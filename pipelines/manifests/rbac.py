@@ -8,31 +8,40 @@ from pipelines.config import PipelineConfig
 
 
 def launcher_rbac(config: PipelineConfig, namespace: str, service_account: str) -> list:
-    """The Role and RoleBinding the train task needs to launch its multi-worker job in
-    `namespace`: create, get (follow) and delete JobSets or TFJobs, the verbs the launcher
-    calls (components/train/launch.py LAUNCHER_VERBS), and get the run's Argo Workflow
-    (WORKFLOW_VERBS: was the run cancelled?), as the pipeline's runner
-    (`service_account`: `pipeline-runner` on standalone Kubeflow Pipelines, `default-editor`
-    in a Kubeflow profile namespace)."""
-    from components.train.launch import API, LAUNCHER_VERBS, WORKFLOW_API, WORKFLOW_VERBS
+    """The RBAC the train task needs to launch its multi-worker job, as the pipeline's runner
+    (`service_account` in the run's `namespace`: `pipeline-runner` on standalone Kubeflow
+    Pipelines, `default-editor` in a Kubeflow profile namespace): create, get (follow) and
+    delete JobSets or TFJobs (components/train/launch.py LAUNCHER_VERBS) in the job's
+    namespace, and get the run's Argo Workflow (WORKFLOW_VERBS: was the run cancelled?) in
+    the run's. With `training.pods.job_namespace` those are two namespaces: a RoleBinding
+    grants only in its own namespace, so the jobs' Role and RoleBinding go in the job
+    namespace with the subject in the run's, and the workers' ServiceAccount
+    (WORKERS_SERVICE_ACCOUNT, no API token), unless `cluster.service_account` names one."""
+    from components.train.launch import API, LAUNCHER_VERBS, WORKERS_SERVICE_ACCOUNT, WORKFLOW_API, WORKFLOW_VERBS
 
     if config.training.pods.launcher == "pod":
         raise GpupipeError(f"training.pods.launcher: pod: {config.name}'s train task launches no job, so it needs no Role; "
                            "set training.pods.launcher: jobset (or tfjob) to launch one")
     group, _, plural, _ = API[config.training.pods.launcher]
+    job_namespace = config.training.pods.job_namespace or namespace
     name = f"gpupipe-{config.name}-launcher"
     labels = {"app.kubernetes.io/managed-by": "gpupipe", "gpupipe/pipeline": config.name}
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "rules": [{"apiGroups": [group], "resources": [plural], "verbs": list(LAUNCHER_VERBS)},
-                  # on SIGTERM, whether the run was cancelled (components/train/follow.py run_cancelled)
-                  {"apiGroups": [WORKFLOW_API[0]], "resources": [WORKFLOW_API[2]], "verbs": list(WORKFLOW_VERBS)}],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    }
-    return [role, binding]
+    jobs = {"apiGroups": [group], "resources": [plural], "verbs": list(LAUNCHER_VERBS)}
+    # on SIGTERM, whether the run was cancelled (components/train/follow.py run_cancelled)
+    workflows = {"apiGroups": [WORKFLOW_API[0]], "resources": [WORKFLOW_API[2]], "verbs": list(WORKFLOW_VERBS)}
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+
+    def role(ns: str, rules: list, role_name: str = name) -> list:
+        return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                 "metadata": {"name": role_name, "namespace": ns, "labels": labels}, "rules": rules},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": role_name, "namespace": ns, "labels": labels},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+                 "subjects": [subject]}]
+
+    if job_namespace == namespace:
+        return role(namespace, [jobs, workflows])
+    workers = [] if config.cluster.service_account else [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+         "metadata": {"name": WORKERS_SERVICE_ACCOUNT, "namespace": job_namespace, "labels": labels}}]
+    return [*role(job_namespace, [jobs]), *role(namespace, [workflows], f"{name}-run"), *workers]

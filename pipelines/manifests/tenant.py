@@ -97,12 +97,20 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
             resources[2]["borrowingLimit"] = borrow
         return resources
 
+    # The launched jobs run in training.pods.job_namespace when set: their LocalQueue, their GPU
+    # ResourceQuota and the ClusterQueue's namespaceSelector go there (Kueue looks the queue up
+    # in the workload's namespace), beside the team's namespace, where the runs' pods are.
+    jobs_ns = (t.job_namespace if t.launcher != "pod" else None) or team
+    namespaces = sorted({team, jobs_ns})
     flavors = [{"name": ON_DEMAND_FLAVOR, "resources": quotas(gpu_quota, borrowing_limit)}]
     if spot_gpu_quota:
         flavors.append({"name": SPOT_FLAVOR, "resources": quotas(spot_gpu_quota, borrowing_limit)})
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": team}} if len(namespaces) == 1 else {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team, "labels": labels}},
-        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpupipe-gpus", "namespace": team,
+        *({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}} for ns in
+          [team, *([jobs_ns] if jobs_ns != team else [])]),
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpupipe-gpus", "namespace": jobs_ns,
                                                                      "labels": labels},
          "spec": {"hard": {f"requests.{gpu}": str(gpu_quota + spot_gpu_quota + (borrowing_limit or 0))}}},
         {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "gpupipe-defaults", "namespace": team,
@@ -114,12 +122,12 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
                   list(config.cluster.spot_tolerations))] if spot_gpu_quota else []),
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": team, "labels": labels},
          "spec": {"cohort": cohort,
-                  "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team}},
+                  "namespaceSelector": selector,
                   "queueingStrategy": "BestEffortFIFO",
                   "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
                   "resourceGroups": [{"coveredResources": ["cpu", "memory", gpu], "flavors": flavors}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-         "metadata": {"name": queue, "namespace": team, "labels": labels}, "spec": {"clusterQueue": team}},
+         "metadata": {"name": queue, "namespace": jobs_ns, "labels": labels}, "spec": {"clusterQueue": team}},
         *(launcher_rbac(config, team, service_account) if t.launcher != "pod" else []),
         *tuning_priority_class(config),
     ]
