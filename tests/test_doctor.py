@@ -11,8 +11,9 @@ import yaml
 from pathlib import Path
 
 from pipelines.cli import main
-from tests.fixtures.cluster_api import (JOBSET_CRD, KSERVE_CRD, KUEUE_CRDS, TFJOB_CRD, cluster_api, cluster_queue,
-                                        crd, local_queue, node, secret, write_kubeconfig)
+from tests.fixtures.cluster_api import (JOBSET_CRD, KSERVE_CRD, KUEUE_CRDS, KUEUE_DEFAULT_FRAMEWORKS, TFJOB_CRD,
+                                        cluster_api, cluster_queue, crd, kueue_manager_config, local_queue, node,
+                                        secret, write_kubeconfig)
 from tests.fixtures.gcs import free_port
 from tests.fixtures.kfp_api import KfpApiFixture
 
@@ -47,6 +48,8 @@ def complete(state, token: str = "runner-token", user: str = RUNNER) -> None:
     state.grant(user, NS, "jobset.x-k8s.io", "jobsets", *VERBS)
     state.grant(user, NS, "", "secrets", "get")
     state.grant(user, "", "apiextensions.k8s.io", "customresourcedefinitions", "get")
+    state.add(kueue_manager_config(KUEUE_DEFAULT_FRAMEWORKS))
+    state.grant(user, "kueue-system", "", "configmaps", "get")
     # the T4 pool configs/ctr.yaml trains on, tainted as GKE taints GPU nodes, and a CPU node
     state.nodes += [node(f"gke-t4-{i}", {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"},
                          {"nvidia.com/gpu": "4"}, [GPU_TAINT]) for i in range(2)]
@@ -87,13 +90,15 @@ def test_a_complete_cluster_passes_every_check(capsys, config, kfp, cluster):
     assert code == 0, lines
     assert err == ""
     assert [line.split(" ")[1] for line in lines] == [
-        "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Secret", "image", "Secret", "Secret",
-        "training.pods:", "RBAC"]
+        "KFP", "Kubernetes", "JobSet", "Kueue", "KServe", "LocalQueue", "Kueue", "Secret", "image", "Secret",
+        "Secret", "training.pods:", "RBAC"]
     assert lines[0].endswith("backend 2.14.0 (notify.webhook_secret needs 2.14.0 or later)")
     assert f"as {RUNNER}; the run's namespace {NS}" in lines[1]  # the context's namespace
     assert "workloads.kueue.x-k8s.io, localqueues.kueue.x-k8s.io, clusterqueues.kueue.x-k8s.io" in lines[3]
     assert lines[5] == f"ok: LocalQueue {NS}/gpus (cluster.queue), ClusterQueue {NS}"
-    assert lines[7] == f"ok: image pull Secret gpupipe-registry (cluster.image_pull_secrets) in {NS}"
+    assert lines[6] == ("ok: Kueue integrations.frameworks (kueue-system/kueue-manager-config): Kueue manages "
+                        "jobset.x-k8s.io/jobset")
+    assert lines[8] == f"ok: image pull Secret gpupipe-registry (cluster.image_pull_secrets) in {NS}"
     assert lines[-1] == (f"ok: RBAC as {RUNNER} (SelfSubjectAccessReview): may create, get, delete "
                          f"jobsets.jobset.x-k8s.io in {NS}")
     assert lines[-2] == ("ok: training.pods: 2 nvidia.com/gpu per pod: 2 node(s) labelled "
@@ -126,10 +131,12 @@ def test_a_tfjob_config_needs_the_tfjob_crd_and_its_verbs(capsys, config, kfp, c
     code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
     assert code == 1
     found = errors(lines)
-    assert len(found) == 2
+    assert len(found) == 3
     assert found[0].startswith("error: TFJob CRD tfjobs.kubeflow.org is not installed (training.pods.workers 2, "
                                "training.pods.launcher tfjob): install the training-operator")
-    assert found[1].startswith(f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not create, get, delete "
+    assert found[1].startswith("error: Kueue integrations.frameworks (kueue-system/kueue-manager-config) lacks "
+                               "kubeflow.org/tfjob")  # the default configuration's
+    assert found[2].startswith(f"error: RBAC as {RUNNER} (SelfSubjectAccessReview): may not create, get, delete "
                                f"tfjobs.kubeflow.org in {NS}")
     assert not any("JobSet" in line for line in lines)
 
@@ -564,3 +571,28 @@ def test_nodes_it_may_not_list_are_a_warning_not_a_failure(capsys, config, kfp, 
     warnings = [line for line in lines if line.startswith("warning: ") and "per pod" in line]
     assert len(warnings) == 2 and all("403" in w and "ask for list on nodes" in w and w.endswith("(not checked)")
                                       for w in warnings)
+
+
+def test_a_kueue_that_does_not_manage_the_launchers_kind_is_one_error_and_an_unreadable_config_a_warning(
+        capsys, config, kfp, cluster, tmp_path):
+    """training.pods.launcher: tfjob under a Kueue whose integrations.frameworks lacks
+    kubeflow.org/tfjob (as v0.19.2's default configuration): the TFJobs bypass the queue and the
+    quota. Kueue's ConfigMap unreadable: a warning, not a pass."""
+    url, state, kubeconfig = cluster
+    data = yaml.safe_load(Path(config).read_text())
+    data["training"]["pods"]["launcher"] = "tfjob"
+    tfjob = tmp_path / "tfjob.yaml"
+    tfjob.write_text(yaml.safe_dump(data))
+    state.grant(RUNNER, NS, "kubeflow.org", "tfjobs", *VERBS)
+    code, lines, _ = doctor(capsys, str(tfjob), kfp.url, kubeconfig)
+    (line,) = [x for x in lines if "integrations.frameworks" in x]
+    assert code == 1 and line == (
+        "error: Kueue integrations.frameworks (kueue-system/kueue-manager-config) lacks kubeflow.org/tfjob: Kueue does "
+        "not manage the launcher's jobs, so they bypass cluster.queue and the team's quota; add it there and restart "
+        "kueue-controller-manager, or use training.pods.launcher: jobset")
+    state.revoke(RUNNER, "kueue-system", "", "configmaps", "get")
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    (line,) = [x for x in lines if "integrations.frameworks" in x]
+    assert code == 0 and line.startswith("warning: Kueue integrations.frameworks (kueue-system/kueue-manager-config): "
+                                         "the Kubernetes API refused (403: ") and "not checked" in line
+

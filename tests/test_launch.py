@@ -53,8 +53,9 @@ def test_multi_worker_config_becomes_a_job_of_gpu_workers(ctr_config, kind):
     if kind == "tfjob":
         assert manifest["apiVersion"] == "kubeflow.org/v1" and container["name"] == "tensorflow"
         worker = manifest["spec"]["tfReplicaSpecs"]["Worker"]
-        assert worker["replicas"] == 2 and worker["restartPolicy"] == "ExitCode"
-        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 3
+        # OnFailure, so the operator's backoffLimit counts restarts (it ignores ExitCode's), one per worker
+        assert worker["replicas"] == 2 and worker["restartPolicy"] == "OnFailure"
+        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 3 * 2
     else:
         assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
         job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]

@@ -121,11 +121,16 @@ def job_manifest(launch: Launch, name: str, namespace: str, command: List[str],
         # The training-operator injects TF_CONFIG and looks for the container "tensorflow".
         template = launch.shape.pod_template("tensorflow", launch.image, command, env, labels={**MANAGED_BY, **launch.pod_labels})
         template["spec"]["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": TF_PORT}]
+        # OnFailure: a failed worker restarts in place, and so do its MultiWorkerMirroredStrategy
+        # peers, which fail when it does (under ExitCode only a replica exiting 128+ restarts, and
+        # a peer's exit below 128 fails the TFJob). The operator's backoffLimit counts the
+        # container restarts of running pods under OnFailure or Always only (training-operator
+        # v1.9 pkg/core/job.go PastBackoffLimit): a whole restart is one per worker.
         spec = {
-            "runPolicy": {"backoffLimit": launch.max_restarts, "cleanPodPolicy": "Running",
+            "runPolicy": {"backoffLimit": launch.max_restarts * launch.workers, "cleanPodPolicy": "Running",
                           "activeDeadlineSeconds": launch.shape.timeout_seconds,
                           "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS},
-            "tfReplicaSpecs": {"Worker": {"replicas": launch.workers, "restartPolicy": "ExitCode",
+            "tfReplicaSpecs": {"Worker": {"replicas": launch.workers, "restartPolicy": "OnFailure",
                                           "template": template}},
         }
     else:

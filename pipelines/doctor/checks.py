@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 from components.contracts.errors import GpupipeError
 from pipelines.doctor.accelerators import accelerator_lines
-from pipelines.doctor.cluster import Cluster, Unreachable, refused
+from pipelines.doctor.cluster import Cluster, Unreachable, api_status, refused
 from pipelines.doctor.line import Line
 
 DEFAULT_NAMESPACE = "kubeflow"  # where standalone KFP runs its pods (gpupipe manifest rbac's default)
@@ -144,6 +144,46 @@ def queue_lines(cluster: Cluster, config, namespace: str, config_path: str) -> L
         return [Line(False, f"LocalQueue {namespace}/{name} points at ClusterQueue {cq_name or '(none)'}, which does "
                             f"not exist, so Kueue admits nothing from it: {tenant}")]
     return [Line(True, f"LocalQueue {namespace}/{name} (cluster.queue), ClusterQueue {cq_name}")]
+
+
+# Kueue's own configuration (config/components/manager/controller_manager_config.yaml, as the
+# release manifests install it): integrations.frameworks lists the job kinds Kueue manages; a
+# job of another kind is never suspended nor counted against any quota. v0.19.2's default
+# lists jobset.x-k8s.io/jobset and leaves kubeflow.org/tfjob commented out.
+KUEUE_CONFIG = ("kueue-system", "kueue-manager-config", "controller_manager_config.yaml")
+FRAMEWORKS = {"jobset": "jobset.x-k8s.io/jobset", "tfjob": "kubeflow.org/tfjob"}
+
+
+def framework_line(cluster: Cluster, config) -> Line:
+    """Whether Kueue manages the launcher's kind of job (its integrations.frameworks)."""
+    import yaml
+    from kubernetes.client.exceptions import ApiException
+
+    namespace, name, key = KUEUE_CONFIG
+    framework = FRAMEWORKS[launcher_kind(config)]
+    what = f"Kueue integrations.frameworks ({namespace}/{name})"
+    try:
+        found = cluster.config_map(namespace, name)
+    except ApiException as err:
+        code, message = api_status(err)
+        return Line(True, f"{what}: the Kubernetes API refused ({code}: {message}), so not checked that Kueue "
+                          f"manages {framework}; ask an admin: kubectl -n {namespace} get configmap {name} -o yaml",
+                    warning=True)
+    if found is None:
+        return Line(True, f"{what}: not found, so not checked that Kueue manages {framework} (a Kueue installed "
+                          "otherwise keeps its configuration elsewhere)", warning=True)
+    try:
+        frameworks = (yaml.safe_load((found.get("data") or {}).get(key, "")) or {}).get("integrations", {}) \
+            .get("frameworks") or []
+    except yaml.YAMLError:
+        frameworks = []
+    if framework in frameworks:
+        return Line(True, f"{what}: Kueue manages {framework}")
+    fix = ("use training.pods.launcher: jobset" if framework != FRAMEWORKS["jobset"] else
+           f"add {framework} to integrations.frameworks")
+    return Line(False, f"{what} lacks {framework}: Kueue does not manage the launcher's jobs, so they bypass "
+                       f"cluster.queue and the team's quota; add it there and restart kueue-controller-manager, or "
+                       f"{fix}")
 
 
 def priority_lines(cluster: Cluster, config, config_path: str) -> List[Line]:
@@ -325,6 +365,8 @@ def cluster_lines(config, config_path: str, kubeconfig: Optional[str], context: 
         job_ns = (config.training.pods.job_namespace if launcher_kind(config) else None) or namespace
         if installed.get("Kueue"):  # without Kueue's CRDs, no LocalQueue to look for
             lines += queue_lines(cluster, config, job_ns, config_path)
+            if launcher_kind(config) and config.cluster.queue:
+                lines.append(framework_line(cluster, config))
             lines += priority_lines(cluster, config, config_path)
         lines += secret_lines(cluster, config, namespace)
         if job_ns != namespace:

@@ -94,6 +94,10 @@ class Cluster:
             return self._call(objects.get_namespaced_custom_object, group, version, namespace, plural, name)
         return self._call(objects.get_cluster_custom_object, group, version, plural, name)
 
+    def config_map(self, namespace: str, name: str) -> Optional[dict]:
+        found = self._call(self.client.CoreV1Api(self.api).read_namespaced_config_map, name, namespace)
+        return None if found is None else {"data": found.data or {}}
+
     def secret_metadata(self, namespace: str, name: str) -> Optional[dict]:
         """The Secret's metadata only (PartialObjectMetadata): its data is never asked for."""
         def get(_request_timeout):
