@@ -120,8 +120,6 @@ class FeatureKind(ABC):
     def spec_statistics(self, dataset, name: str) -> Any:
         """What `spec` takes from the train split's statistics (a DatasetFeatureStatistics): by
         default the column's own; a kind may add the columns prepare_column derived."""
-        from components.kinds.specs import feature_statistics
-
         return feature_statistics(dataset, name)
 
     @abstractmethod
@@ -196,6 +194,15 @@ class Encoded:
 
     dense: List[Any]
     extras: Dict[str, Any]
+
+
+def feature_statistics(dataset, name: str):
+    """The statistics of column `name` (its safe name) in a DatasetFeatureStatistics."""
+    for feature in dataset.features:
+        if (feature.path.step and feature.path.step[0] == name) or feature.name == name:
+            return feature
+    raise GpupipeError(f"statistics: no statistics for column '{name}'; is it in the data? "
+                       "Fix data features in the config")
 
 
 KINDS: Dict[str, FeatureKind] = {}

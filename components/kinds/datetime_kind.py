@@ -19,7 +19,8 @@ from pydantic import Field, field_validator
 
 from components.contracts.errors import GpupipeError
 from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting
-from components.kinds.datetime_parse import ISO_NAME, compile_format, detect_format, parse_strings
+from components.kinds.datetime_parse import (ISO_NAME, DatetimeFeature, compile_format, detect_format,  # noqa: F401
+                                             parse_strings)
 
 DERIVED = ("seconds", "year")  # the statistics of each datetime feature: <name>__seconds, <name>__year
 UNPARSED = "unparsed"  # <name>__unparsed: the values that do not parse, for ingest's check alone (then dropped)
@@ -45,17 +46,6 @@ class DatetimeSetting(FeatureSetting):
         if v:
             compile_format(v)  # ValueError names the problem
         return v
-
-
-@dataclass(frozen=True)
-class DatetimeFeature:
-    name: str
-    format: str = ""  # '': ISO 8601
-    year_mean: float = 2000.0
-    year_std: float = 1.0
-    reference: int = 0  # seconds since 1970-01-01 of the train split's earliest value
-    elapsed_mean: float = 0.0  # days since the reference: the train split's mean and deviation
-    elapsed_std: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import tensorflow as tf
 import tf_keras
 
-from components.kinds.datetime_parse import PARTS, compile_format, day_of_week, days_from_civil, days_in_month, in_range
+from components.kinds.datetime_parse import PARTS, DatetimeFeature, compile_format, day_of_week, days_from_civil, days_in_month, in_range
 
 # The columns of one datetime feature's encoding, in order (WIDTH of them).
 COLUMNS = ("year", "month_sin", "month_cos", "day_sin", "day_cos", "weekday_sin", "weekday_cos", "hour_sin",
@@ -72,8 +72,6 @@ class DatetimeEncoding(tf_keras.layers.Layer):
         self.spec = dict(spec)
 
     def call(self, inputs):
-        from components.kinds.datetime_kind import DatetimeFeature
-
         return encode_tensor(tf.reshape(inputs, [-1]), DatetimeFeature(**self.spec))
 
     def get_config(self):

@@ -16,6 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+
+@dataclass(frozen=True)
+class DatetimeFeature:
+    """A datetime feature's spec (what the trained model keeps): its format and the train split's year and elapsed-time scale."""
+    name: str
+    format: str = ""  # '': ISO 8601
+    year_mean: float = 2000.0
+    year_std: float = 1.0
+    reference: int = 0  # seconds since 1970-01-01 of the train split's earliest value
+    elapsed_mean: float = 0.0  # days since the reference: the train split's mean and deviation
+    elapsed_std: float = 1.0
+
+
 PARTS = "YmdHMS"  # the parts, in the order the rewrite lists them
 DEFAULTS = {"Y": "1970", "m": "1", "d": "1", "H": "0", "M": "0", "S": "0"}  # a part a format leaves out
 _DIGITS = {"Y": "[0-9]{4}", "m": "[0-9]{1,2}", "d": "[0-9]{1,2}", "H": "[0-9]{1,2}", "M": "[0-9]{2}", "S": "[0-9]{2}"}

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from components.contracts import names, storage
 from components.contracts.errors import GpupipeError
 from components.contracts.settings import safe_name
-from components.kinds.base import KINDS, FeatureKind, kind_named
+from components.kinds.base import KINDS, FeatureKind, feature_statistics, kind_named  # noqa: F401 (feature_statistics: the kinds package exports it)
 
 TASKS = ("multiclass", "binary", "regression")
 
@@ -65,14 +65,6 @@ class FeatureSpecs:
         return cls(label=d["label"], classes=list(d["classes"]), features=features,
                    task=d.get("task", "multiclass"), label_mean=d.get("label_mean"), label_std=d.get("label_std"),
                    columns=dict(d.get("columns", {})))
-
-
-def feature_statistics(dataset, name: str):
-    for feature in dataset.features:
-        if (feature.path.step and feature.path.step[0] == name) or feature.name == name:
-            return feature
-    raise GpupipeError(f"statistics: no statistics for column '{name}'; is it in the data? "
-                       "Fix data features in the config")
 
 
 @dataclass(frozen=True)
