@@ -187,6 +187,35 @@ class FeatureKind(ABC):
         return None
 
 
+class StringColumn:
+    """For a kind whose column is one string per row (categorical, datetime, text): parsed as
+    a [1] string, served as a [None] string, the model's input a (1,) string; `avg_length`,
+    the length assumed when the statistics have none."""
+
+    avg_length: ClassVar[int] = 16
+
+    def parsed_bytes(self, spec, stats) -> int:
+        """A string's object plus its average length from the statistics."""
+        avg = stats.string_stats.avg_length if stats is not None else 0
+        return 32 + int(avg or self.avg_length)
+
+    def parse_feature(self, spec):
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature([1], tf.string, default_value=[""])
+
+    def serving_spec(self, spec):
+        import tensorflow as tf
+
+        return tf.TensorSpec([None], tf.string, name=spec.name)
+
+    def model_input(self, spec):
+        import tensorflow as tf
+        import tf_keras
+
+        return tf_keras.Input(shape=(1,), name=spec.name, dtype=tf.string)
+
+
 @dataclass
 class Encoded:
     """One kind's part of the model: `dense`, tensors [batch, width] that join the dense

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from components.kinds.base import LINEAR_CATEGORICAL, ColumnFacts, Encoded, FeatureKind, FeatureSetting
+from components.kinds.base import LINEAR_CATEGORICAL, ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn
 
 IDS = "ids"  # Encoded.extras: [batch, categorical features] rows of the shared table
 # gpupipe init: an integer column with at most CODE_MAX_VALUES values is proposed as
@@ -57,7 +57,7 @@ def table_rows(specs: List[CategoricalFeature]) -> int:
     return sum(f.cardinality for f in specs)
 
 
-class CategoricalKind(FeatureKind):
+class CategoricalKind(StringColumn, FeatureKind):
     name = "categorical"
     config_key = "categorical_features"
     description = ("columns of categories (text or codes): a vocabulary of the train split's values (hash buckets "
@@ -78,27 +78,6 @@ class CategoricalKind(FeatureKind):
         if stats.string_stats.unique > options.max_vocabulary:
             return CategoricalFeature(name=name, hash_buckets=options.hash_buckets)
         return CategoricalFeature(name=name, vocabulary=ranked_values(stats)[:options.max_vocabulary])
-
-    def parsed_bytes(self, spec, stats) -> int:
-        """A string's object plus its average length from the statistics (16 when unknown)."""
-        avg = stats.string_stats.avg_length if stats is not None else 0
-        return 32 + int(avg or 16)
-
-    def parse_feature(self, spec):
-        import tensorflow as tf
-
-        return tf.io.FixedLenFeature([1], tf.string, default_value=[""])
-
-    def serving_spec(self, spec):
-        import tensorflow as tf
-
-        return tf.TensorSpec([None], tf.string, name=spec.name)
-
-    def model_input(self, spec):
-        import tensorflow as tf
-        import tf_keras
-
-        return tf_keras.Input(shape=(1,), name=spec.name, dtype=tf.string)
 
     def encode(self, specs: List[CategoricalFeature], inputs: Dict[str, object], options) -> Encoded:
         """The ids ([batch, features] rows of one shared table: each feature's lookup or hash

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 from pydantic import Field, field_validator
 
 from components.contracts.errors import GpupipeError
-from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting
+from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn
 from components.kinds.datetime_parse import (ISO_NAME, DatetimeFeature, compile_format, detect_format,  # noqa: F401
                                              parse_strings)
 
@@ -71,7 +71,8 @@ def _std(value: float) -> float:
     return float(value) if value > 0 else 1.0
 
 
-class DatetimeKind(FeatureKind):
+class DatetimeKind(StringColumn, FeatureKind):
+    avg_length = 20
     name = "datetime"
     config_key = "datetime_features"
     description = ("columns of dates or times written as text (ISO 8601, or the entry's format): parsed inside the "
@@ -146,26 +147,6 @@ class DatetimeKind(FeatureKind):
         return DatetimeFeature(name=name, format=fmt, year_mean=float(year.mean), year_std=_std(year.std_dev),
                                reference=reference, elapsed_mean=(seconds.mean - reference) / DAY,
                                elapsed_std=_std(seconds.std_dev / DAY))
-
-    def parsed_bytes(self, spec, stats) -> int:
-        avg = stats.string_stats.avg_length if stats is not None else 0
-        return 32 + int(avg or 20)
-
-    def parse_feature(self, spec):
-        import tensorflow as tf
-
-        return tf.io.FixedLenFeature([1], tf.string, default_value=[""])
-
-    def serving_spec(self, spec):
-        import tensorflow as tf
-
-        return tf.TensorSpec([None], tf.string, name=spec.name)
-
-    def model_input(self, spec):
-        import tensorflow as tf
-        import tf_keras
-
-        return tf_keras.Input(shape=(1,), name=spec.name, dtype=tf.string)
 
     def encode(self, specs: List[DatetimeFeature], inputs, options) -> Encoded:
         """Each feature parsed and encoded inside the model (datetime_ops.DatetimeEncoding)."""
