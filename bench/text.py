@@ -12,7 +12,7 @@ speed: the text input path, tokenise + vocabulary lookup + batch (the bag's ids,
 the train shards, parsed by batch as train parses), against the table path alone (parse the
 same shards without the text), in examples/s and core-microseconds per example.
 
-  python -m bench.text quality [--rows 5000] [--workdir DIR]
+  python -m bench.text quality [--rows 5000] [--workdir DIR] [--encoder transformer]
   python -m bench.text speed [--rows 20000]
 """
 from __future__ import annotations
@@ -57,13 +57,16 @@ def init_config(csv_path: str) -> dict:
     return yaml.safe_load(render(propose(csv_path, LABEL), "gpupipe init", "c.yaml"))
 
 
-def compare(csv_path: str, work: Path) -> Dict[str, object]:
-    """init's config with and without its text features, each through the steps."""
+def compare(csv_path: str, work: Path, encoder: str = "") -> Dict[str, object]:
+    """init's config with and without its text features, each through the steps (`encoder`:
+    that encoder set in each text entry, the one edit; '' none)."""
     import copy
 
     from pipelines.config import parse_config
 
     raw = init_config(csv_path)
+    if encoder:
+        raw["data"]["text_features"] = [{"name": c, "encoder": encoder} for c in raw["data"].get("text_features", [])]
     without = copy.deepcopy(raw)
     without["data"].pop("text_features", None)
     return {"proposed": {k: v for k, v in raw["data"].items() if k.endswith("_features")},
@@ -163,6 +166,8 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("what", choices=["quality", "speed"])
     parser.add_argument("--rows", type=int, default=0)
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--encoder", default="", choices=["", "bag", "transformer"],
+                        help="quality: set this encoder in init's text entries (the one edit)")
     args = parser.parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="gpupipe-text-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -170,7 +175,7 @@ def main(argv: Optional[list] = None) -> None:
         from tests.fixtures.reviews import write_reviews
 
         data = write_reviews(work / "synthetic_reviews.csv", args.rows or 5000)
-        result = {"table": f"synthetic_reviews ({args.rows or 5000} rows)", **compare(data, work),
+        result = {"table": f"synthetic_reviews ({args.rows or 5000} rows)", **compare(data, work, args.encoder),
                   "five_fold": cross_validated(data)}
     else:
         result = speed(args.rows or 20000, work)
