@@ -34,8 +34,8 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
 from components.ingest.settings import DataSettings
-from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch,
-                                      statistics_options, time_cutoff
+from components.ingest.tables import (GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch,
+                                      statistics_options, time_cutoff)
 from components.kinds import Columns
 from components.kinds.base import RowSource
 from components.sources import readers
