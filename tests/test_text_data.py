@@ -110,7 +110,7 @@ def review_model(tmp_path_factory):
     ingest_data(DataSettings(source=data, **columns), ex)
     result = run_validation(ex, "recommended", str(tmp / "s"), str(tmp / "c"), str(tmp / "a"), str(tmp / "r.html"))
     train_model(ex, str(tmp / "s"), str(tmp / "m"), Columns(**columns),
-                penguin_settings(task="binary", epochs=8, hidden_units=[16], learning_rate=0.01))
+                penguin_settings(task="binary", epochs=20, hidden_units=[16], learning_rate=0.01))
     return tmp, data, Columns(**columns), result
 
 
@@ -170,7 +170,7 @@ def test_the_transformer_encoder_trains_and_serves_raw_strings(tmp_path):
     from components.validate.logic import run_validation
     from conftest import penguin_settings
 
-    data = write_reviews(tmp_path / "r.csv", 500)
+    data = write_reviews(tmp_path / "r.csv", 800)
     columns = dict(label="recommended", numeric_features=["price"],
                    text_features=[{"name": "review", "encoder": "transformer", "dim": 16, "heads": 2, "layers": 1,
                                    "sequence_length": 24}])
@@ -179,7 +179,7 @@ def test_the_transformer_encoder_trains_and_serves_raw_strings(tmp_path):
     run_validation(ex, "recommended", str(tmp_path / "s"), str(tmp_path / "c"), str(tmp_path / "a"),
                    str(tmp_path / "r.html"))
     report = train_model(ex, str(tmp_path / "s"), str(tmp_path / "m"), Columns(**columns),
-                         penguin_settings(task="binary", epochs=15, hidden_units=[16], learning_rate=0.005))
+                         penguin_settings(task="binary", epochs=20, hidden_units=[16], learning_rate=0.01))
     assert report.best_validation_metric > 0.75
     serve = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
     out = serve(review=tf.constant(SAID), price=tf.fill([len(SAID)], 20.0))

@@ -56,12 +56,16 @@ class TokenIds(tf_keras.layers.Layer):
 
 class TextBag(tf_keras.layers.Layer):
     """[batch, 1] strings -> [batch, dim + 1]: the mean embedding of the value's tokens and
-    n-grams (each looked up, or hashed past the vocabulary), and 1 for a value with no token."""
+    n-grams (each looked up, or hashed past the vocabulary), layer-normalised (0 for a value
+    with no token), and 1 for a value with no token."""
 
     def __init__(self, spec: dict, **kwargs):
         super().__init__(**kwargs)
         self.spec = dict(spec)
         self.lookup = _lookup(self.spec, "lookup")
+        # The mean of many small random vectors starts near zero, and the tower above it (a residual
+        # beside the linear start, at zero) then barely learns: normalised, it starts at unit scale.
+        self.norm = tf_keras.layers.LayerNormalization(name="norm")
 
     def build(self, input_shape):
         self.table = self.add_weight(name="embeddings", shape=(rows(self.spec), self.spec["dim"]),
@@ -75,7 +79,7 @@ class TextBag(tf_keras.layers.Layer):
         total = tf.math.unsorted_segment_sum(vectors, tokens.value_rowids(), tokens.nrows())
         count = tf.cast(tokens.row_lengths(), self.compute_dtype)[:, None]
         empty = tf.cast(tf.equal(count, 0), self.compute_dtype)
-        return tf.concat([total / tf.maximum(count, 1.0), empty], axis=-1)
+        return tf.concat([self.norm(total / tf.maximum(count, 1.0)) * (1.0 - empty), empty], axis=-1)
 
     def get_config(self):
         return {**super().get_config(), "spec": self.spec}
