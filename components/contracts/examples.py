@@ -57,6 +57,9 @@ def _as_list_column(array):
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if pa.types.is_list(array.type):  # already one list per row (a derived statistics column: text's tokens)
+        values = array.values.cast(pa.binary()) if pa.types.is_string(array.type.value_type) else array.values
+        return pa.ListArray.from_arrays(array.offsets, values, mask=pc.is_null(array))
     valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
     offsets = np.concatenate([[0], np.cumsum(valid, dtype=np.int32)]).astype(np.int32)
     values = array.drop_null()

@@ -34,7 +34,8 @@ from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
 from components.contracts.storage import is_remote
 from components.ingest.settings import DataSettings
-from components.ingest.tables import GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch, time_cutoff
+from components.ingest.tables import (GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch,
+                                      statistics_options, time_cutoff)
 from components.kinds import Columns
 from components.kinds.base import RowSource
 from components.sources import readers
@@ -193,7 +194,7 @@ def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPre
          | f"Records{split}" >> beam.FlatMap(lambda records: records)
          | f"Write{split}" >> beam.io.Write(GzipTFRecordSink(prefix)))
         (out[_tag(split)]
-         | f"Statistics{split}" >> tfdv.GenerateStatistics(tfdv.StatsOptions())
+         | f"Statistics{split}" >> tfdv.GenerateStatistics(statistics_options(fn.columns))
          | f"WriteStatistics{split}" >> tfdv.WriteStatisticsToBinaryFile(f"{job}/{split}.{names.STATS_FILE}"))
     for what in ("files", "errors"):
         out[what] | f"Write{what}" >> beam.io.WriteToText(f"{job}/{what}.jsonl", shard_name_template="")

@@ -22,7 +22,7 @@ from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
 from components.ingest.tables import (GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch,
-                                      time_cutoff)
+                                      statistics_options, time_cutoff)
 from components.sources import readers
 
 
@@ -97,7 +97,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     cutoff = time_cutoff(files, settings, types)
     writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
                for split in names.SPLITS}
-    statistics = {split: StatisticsAccumulator() for split in names.SPLITS} if with_statistics else {}
+    statistics = {split: StatisticsAccumulator(statistics_options(settings)) for split in names.SPLITS} if with_statistics else {}
     dropped_no_label = 0
     per_file: Dict[str, dict] = {}  # by unit: a file, or an image folder's class folder
     try:

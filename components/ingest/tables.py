@@ -46,6 +46,18 @@ def column_types(columns: Columns, numeric_label: bool = False, split_key: Optio
     return types
 
 
+def statistics_options(columns: Columns):
+    """TFDV's StatsOptions for ingest's statistics: a rank histogram of at least the values a
+    declared kind needs (text: its vocabulary, from its token column), else TFDV's defaults."""
+    import tensorflow_data_validation as tfdv
+
+    options = tfdv.StatsOptions()
+    needed = max([kind.statistics_buckets(setting) for _, kind, setting in columns.declared()], default=0)
+    if needed > options.num_rank_histogram_buckets:
+        options.num_rank_histogram_buckets = needed
+    return options
+
+
 def split_columns(features: Sequence[str], split_key: Optional[str]) -> List[str]:
     """What the split hashes: the key column when there is one, else the feature values
     (never the label: rows whose features are the same land in one split whatever their

@@ -10,11 +10,13 @@ from components.kinds.categorical import CategoricalKind
 from components.kinds.datetime_kind import DatetimeKind
 from components.kinds.image import ImageKind
 from components.kinds.numeric import NumericKind
+from components.kinds.text_kind import TextKind
 
 register(NumericKind())
 register(CategoricalKind())
 register(ImageKind())
 register(DatetimeKind())
+register(TextKind())
 
 from components.kinds.columns import Columns, entry_name  # noqa: E402  (built from the kinds registered above)
 from components.kinds.specs import (FeatureSpecs, feature_statistics, load_feature_specs,  # noqa: E402

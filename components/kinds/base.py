@@ -116,6 +116,12 @@ class FeatureKind(ABC):
         that do not parse), and lose the columns prepare_column derived for this check alone.
         By default: nothing to check."""
 
+    def statistics_buckets(self, setting: Optional[FeatureSetting]) -> int:
+        """The values of a column's rank histogram the kind needs in its statistics (text: the
+        vocabulary size, from its token column); ingest's StatsOptions keep at least the most
+        of these (and TFDV's 1000). By default: none beyond TFDV's."""
+        return 0
+
     # -- statistics -> spec ----------------------------------------------------------------
     def spec_statistics(self, dataset, name: str) -> Any:
         """What `spec` takes from the train split's statistics (a DatasetFeatureStatistics): by
@@ -138,6 +144,11 @@ class FeatureKind(ABC):
         """The feature's entry in the schema validate infers (a TFMD Feature), edited as the
         kind needs (images: image_domain, which keeps the drift and skew comparators off
         their bytes). By default: as TFDV infers it."""
+
+    def edit_derived_schema(self, feature) -> None:
+        """The schema entry of a column prepare_column derived for the statistics (<name>__x),
+        edited as the kind needs (text: its token column has no string domain). By default: as
+        TFDV infers it."""
 
     # -- the model's input -------------------------------------------------------------------
     @abstractmethod

@@ -160,13 +160,16 @@ def compared(feature) -> bool:
 
 
 def apply_kinds(schema, features: Dict[str, str]) -> None:
-    """Each feature's kind (the manifest's {feature: kind}) edits its entry in the schema."""
+    """Each feature's kind (the manifest's {feature: kind}) edits its entry in the schema, and
+    the entries of the statistics columns ingest derived from it (<feature>__x)."""
     from components.kinds import KINDS
 
     for feature in schema.feature:
         kind = KINDS.get(features.get(feature.name, ""))
         if kind is not None:
             kind.edit_schema(feature)
+        elif "__" in feature.name and (owner := KINDS.get(features.get(feature.name.rsplit("__", 1)[0], ""))):
+            owner.edit_derived_schema(feature)
 
 
 def annotate_columns(schema, columns: Dict[str, str]) -> None:

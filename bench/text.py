@@ -1,0 +1,187 @@
+"""Text features (issue #37, the text part): quality and speed on the SYNTHETIC review table of
+tests/fixtures/reviews.py (no installed package ships a real labelled text table; nothing may
+be downloaded).
+
+quality: `gpupipe init T.csv --label recommended` (no edits), then its steps one after another
+(ingest, validate, train, evaluate with the config's own settings, as `gpupipe run` runs them),
+and the same config with data.text_features removed; eval AUC of both and whether each is
+blessed. Beside them, 5-fold on the whole table: TF-IDF (unigrams and bigrams) + logistic
+regression on the text, and LightGBM on the other columns.
+
+speed: the text input path, tokenise + vocabulary lookup + batch (the bag's ids, tf.data on
+the train shards, parsed by batch as train parses), against the table path alone (parse the
+same shards without the text), in examples/s and core-microseconds per example.
+
+  python -m bench.text quality [--rows 5000] [--workdir DIR] [--encoder transformer]
+  python -m bench.text speed [--rows 20000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import yaml
+
+LABEL = "recommended"
+
+
+def _steps(config, work: Path) -> Dict[str, object]:
+    """ingest -> validate -> train -> evaluate on one config, as the pipeline's steps do."""
+    from components.evaluate.logic import run_evaluate
+    from components.ingest.logic import ingest_data
+    from components.train.logic import train_model
+    from components.validate.logic import run_validation
+
+    ex, started = str(work / "ex"), time.perf_counter()
+    ingest_data(config.data, ex)
+    run_validation(ex, config.data.label, str(work / "s"), str(work / "c"), str(work / "a"), str(work / "r.html"),
+                   config.validation)
+    report = train_model(ex, str(work / "s"), str(work / "m"), config.data, config.training)
+    evaluation, blessing = run_evaluate(model_dir=str(work / "m"), examples_dir=ex, blessing_dir=str(work / "b"),
+                                        report_md=str(work / "e.md"), settings=config.evaluation)
+    return {"auc": round(float(evaluation.metrics["auc"]), 4), "blessed": bool(blessing.blessed),
+            "linear_auc": round(float((evaluation.linear or {}).get("auc", float("nan"))), 4),
+            "epochs_run": report.epochs_run, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def init_config(csv_path: str) -> dict:
+    """The config `gpupipe init CSV --label recommended` writes, as parsed YAML."""
+    from pipelines.init import propose, render
+
+    return yaml.safe_load(render(propose(csv_path, LABEL), "gpupipe init", "c.yaml"))
+
+
+def compare(csv_path: str, work: Path, encoder: str = "") -> Dict[str, object]:
+    """init's config with and without its text features, each through the steps (`encoder`:
+    that encoder set in each text entry, the one edit; '' none)."""
+    import copy
+
+    from pipelines.config import parse_config
+
+    raw = init_config(csv_path)
+    if encoder:
+        raw["data"]["text_features"] = [{"name": c, "encoder": encoder} for c in raw["data"].get("text_features", [])]
+    without = copy.deepcopy(raw)
+    without["data"].pop("text_features", None)
+    return {"proposed": {k: v for k, v in raw["data"].items() if k.endswith("_features")},
+            "with_text": _steps(parse_config(raw), work / "with"),
+            "without_text": _steps(parse_config(without), work / "without")}
+
+
+def cross_validated(csv_path: str) -> Dict[str, float]:
+    import lightgbm
+    import pandas as pd
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+
+    frame = pd.read_csv(csv_path)
+    y = (frame[LABEL] == "yes").to_numpy()
+    folds = StratifiedKFold(5, shuffle=True, random_state=0)
+    tfidf = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+                          LogisticRegression(max_iter=2000, C=4.0))
+    others = frame.drop(columns=[LABEL, "review"])
+    for c in others.columns:
+        if others[c].dtype == object:
+            others[c] = others[c].astype("category")
+    return {"tfidf_logistic_auc": round(float(cross_val_score(tfidf, frame["review"], y, cv=folds,
+                                                              scoring="roc_auc").mean()), 4),
+            "lightgbm_other_columns_auc": round(float(cross_val_score(lightgbm.LGBMClassifier(verbose=-1), others, y,
+                                                                      cv=folds, scoring="roc_auc").mean()), 4)}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def speed(rows: int, work: Path, batch_size: int = 256, rounds: int = 3) -> Dict[str, Dict[str, float]]:
+    """examples/s and core-µs per example: the table path (parse by batch) and the text path
+    (parse + tokenise + n-grams + vocabulary lookup, the bag's ids), on the same shards."""
+    import tensorflow as tf
+
+    from components.contracts.examples import examples_pattern
+    from components.ingest.logic import ingest_data
+    from components.ingest.settings import DataSettings
+    from components.kinds import Columns, specs_from_statistics
+    from components.contracts.statistics import read_statistics
+    from components.contracts.examples import ingest_statistics_path
+    from components.kinds.text_ops import _lookup, tokenize_tensor
+    from components.train.data import parse_spec
+    from dataclasses import asdict
+    from tests.fixtures.reviews import write_reviews
+
+    data = write_reviews(work / "speed.csv", rows)
+    columns = dict(label=LABEL, numeric_features=["price", "helpful_votes"], categorical_features=["category"],
+                   text_features=["review"])
+    ex = str(work / "speed-ex")
+    ingest_data(DataSettings(source=data, **columns), ex)
+    train = next(d for d in read_statistics(ingest_statistics_path(ex)).datasets if d.name == "train")
+    specs = specs_from_statistics(train, Columns(**columns), "binary")
+    text = asdict(specs.of_kind("text")[0])
+    lookup = _lookup(text, "lookup")
+    spec = parse_spec(specs, with_label=True)
+    files = tf.io.gfile.glob(examples_pattern(ex, "train"))
+
+    def table(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        parsed.pop("review")
+        return parsed
+
+    def with_text(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        tokens = tokenize_tensor(tf.reshape(parsed["review"], [-1]), text["ngrams"])
+        parsed["review"] = tokens.with_flat_values(lookup(tokens.flat_values))
+        return parsed
+
+    out = {}
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").cache()
+    count = sum(1 for _ in records)
+    for name, fn in (("table", table), ("text", with_text)):
+        best = None
+        for _ in range(rounds):
+            ds = records.batch(batch_size).map(fn, num_parallel_calls=1).prefetch(2)
+            wall, cpu = time.perf_counter(), _cpu()
+            for _ in ds:
+                pass
+            wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+            if best is None or wall < best[0]:
+                best = (wall, cpu)
+        out[name] = {"examples_per_second": round(count / best[0]), "core_us_per_example": round(best[1] / count * 1e6, 1)}
+    out["text_only"] = {"core_us_per_example": round(out["text"]["core_us_per_example"]
+                                                     - out["table"]["core_us_per_example"], 1)}
+    out["examples"], out["vocabulary"] = count, len(text["vocabulary"])
+    return out
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["quality", "speed"])
+    parser.add_argument("--rows", type=int, default=0)
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--encoder", default="", choices=["", "bag", "transformer"],
+                        help="quality: set this encoder in init's text entries (the one edit)")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="gpupipe-text-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if args.what == "quality":
+        from tests.fixtures.reviews import write_reviews
+
+        data = write_reviews(work / "synthetic_reviews.csv", args.rows or 5000)
+        result = {"table": f"synthetic_reviews ({args.rows or 5000} rows)", **compare(data, work, args.encoder),
+                  "five_fold": cross_validated(data)}
+    else:
+        result = speed(args.rows or 20000, work)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    main()
