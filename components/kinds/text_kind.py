@@ -16,7 +16,7 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting
+from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn
 from components.kinds.text_tokens import counts_of_values, ranked, tokenize, with_ngrams
 
 TOKEN_IDS = "token_ids"  # Encoded.extras: {feature: [batch, sequence_length] int64 token ids, 0 padding}
@@ -89,7 +89,8 @@ def _vocabulary(tokens_stats, setting: TextSetting) -> List[str]:
     return [t for t in vocabulary if " " not in t] if setting.encoder == "transformer" else vocabulary
 
 
-class TextKind(FeatureKind):
+class TextKind(StringColumn, FeatureKind):
+    avg_length = 200
     name = "text"
     config_key = "text_features"
     description = ("columns of free text (reviews, descriptions, titles): tokenised inside the model (lower-cased, "
@@ -172,26 +173,6 @@ class TextKind(FeatureKind):
         return TextFeature(name=name, vocabulary=vocabulary, encoder=setting.encoder, hash_buckets=setting.hash_buckets,
                            ngrams=setting.ngrams, sequence_length=setting.sequence_length, dim=setting.dim,
                            layers=setting.layers, heads=setting.heads)
-
-    def parsed_bytes(self, spec, stats) -> int:
-        avg = stats.string_stats.avg_length if stats is not None else 0
-        return 32 + int(avg or 200)
-
-    def parse_feature(self, spec):
-        import tensorflow as tf
-
-        return tf.io.FixedLenFeature([1], tf.string, default_value=[""])
-
-    def serving_spec(self, spec):
-        import tensorflow as tf
-
-        return tf.TensorSpec([None], tf.string, name=spec.name)
-
-    def model_input(self, spec):
-        import tensorflow as tf
-        import tf_keras
-
-        return tf_keras.Input(shape=(1,), name=spec.name, dtype=tf.string)
 
     def encode(self, specs: List[TextFeature], inputs, options) -> Encoded:
         """Each feature tokenised and encoded inside the model (text_ops); `extras[TOKEN_IDS]`: its
