@@ -3,9 +3,8 @@
 folder and log, `runs/<pipeline>-last.log` is always a whole link, a cache entry appears whole
 or not at all, and each push is a whole version of its own.
 
-Two runs at once here (about 25 s on 2 cores); four at once, measured by hand the same way,
-took 19 s (quiet) to 69 s (beside other work) on 2 shared cores, all four SUCCESS with versions 1 to 4,
-each whole (docs/getting-started.md)."""
+Two runs at once here (about 25 s on 2 cores); `python -m bench.concurrent --runs 4` makes the
+same checks on four at once (docs/getting-started.md)."""
 import json
 import os
 import subprocess
