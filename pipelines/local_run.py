@@ -350,9 +350,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if config.notify.webhook_url and not stopped:  # a stopped run has seconds to end in: no remote calls
         summary.notified = notify_outcome(config, summary)
     extra = {"terminated": {"signal": stopped.name, "step": stopped_at}} if stopped else {}
-    # each step's status, seconds and its task's peak RSS (bench/scale.py reads them)
-    steps_record = {s.name: {"status": s.status, "seconds": None if s.seconds is None else round(s.seconds, 3),
-                             "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
+    steps_record = {s.name: {"status": s.status, "seconds": s.seconds, "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
     folder.finish(status, summary.render(), note=summary.stopped, steps=steps_record, **extra)
     summary.log_file = str(folder.log)
     return summary
