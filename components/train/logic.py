@@ -300,10 +300,11 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
         if remote else ""
     try:
         started = time.perf_counter()
+        if remote:
+            phases.mark(phase.START)  # what ran before the staging
         local_examples = storage.local_dir(examples_dir, os.path.join(stage, "examples"))
         local_statistics = storage.local_dir(statistics_dir, os.path.join(stage, "statistics"))
         if remote:
-            phases.mark(phase.START)  # what ran before the staging
             print(f"input: staged {', '.join(remote)} into {stage} in {time.perf_counter() - started:.1f} s",
                   flush=True)
             phases.mark(phase.STAGING)
