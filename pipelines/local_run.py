@@ -49,6 +49,7 @@ class StepResult:
     name: str
     status: str = "NOT RUN"
     seconds: Optional[float] = None
+    peak_rss_mb: Optional[float] = None  # its task process's (pipelines/stopping.py: run_task); None if reused
 
 
 @dataclass
@@ -217,6 +218,7 @@ class _ProgressTee(io.TextIOBase):
             if name in self._steps:
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self.started.get(name, time.monotonic())
+                self._steps[name].peak_rss_mb = stopping.take_peak_rss_mb()
                 self._say(f"  {name:<{self._width}} {status} in {self._steps[name].seconds:.1f}s")
         elif line.lstrip().startswith(PROGRESS):  # kfp.local indents a task's own lines
             self._progress(line)
@@ -348,7 +350,8 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if config.notify.webhook_url and not stopped:  # a stopped run has seconds to end in: no remote calls
         summary.notified = notify_outcome(config, summary)
     extra = {"terminated": {"signal": stopped.name, "step": stopped_at}} if stopped else {}
-    folder.finish(status, summary.render(), note=summary.stopped, **extra)
+    steps_record = {s.name: {"status": s.status, "seconds": s.seconds, "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
+    folder.finish(status, summary.render(), note=summary.stopped, steps=steps_record, **extra)
     summary.log_file = str(folder.log)
     return summary
 

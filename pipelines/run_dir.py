@@ -10,7 +10,8 @@ config or not) in one runs directory.
   `<runs dir>/<pipeline>-last.log` is a symbolic link to the newest run's log, replaced in
   one step (a link made under a temporary name, then os.replace): a reader finds the old
   link or the new one, never none.
-- The run's record (RUN_FILE: its config, parameters and status; `gpupipe resume` reads it)
+- The run's record (RUN_FILE: its config, parameters and status, and at its end each step's
+  status, seconds and peak RSS; `gpupipe resume` reads it)
   is written when the folder is claimed, and again when the run ends, each time whole
   (a temporary file, then os.replace), so a run stopped half way can be resumed.
 """

@@ -24,9 +24,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Tuple
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_GRACE = 3.0  # seconds a task's group has to end after SIGTERM before SIGKILL
@@ -132,23 +133,50 @@ def run_task(full_command: List[str]) -> int:
     run_local_subprocess: its output line by line on stdout, then a blank line; the exit
     code), with the task in a process group of its own that dies with this process, and no
     terminal input. Any exception here (Terminated, KeyboardInterrupt) stops the group first;
-    a stop signal whose exception was lost is raised here (`check`)."""
+    a stop signal whose exception was lost is raised here (`check`). The task's peak RSS is
+    kept for take_peak_rss_mb: a warm task's fork's, which its client prints
+    (pipelines/warm_client.py: PEAK_RSS_LINE), or the one a cold task wrote as it exited
+    (components/__init__.py: PEAK_RSS_ENV; a command that does not import `components`
+    writes none)."""
+    global _peak_rss_kb
+    from components import PEAK_RSS_ENV
     from pipelines.warm_client import TASK_GROUP_ENV
 
+    _peak_rss_kb = None
     check()
-    process = subprocess.Popen(full_command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1, process_group=0,
-                               preexec_fn=dies_with_this_process(), env={**os.environ, TASK_GROUP_ENV: "1"})
+    fd, peak_file = tempfile.mkstemp(prefix="gpupipe-peak-rss-")  # a cold task's, as it exits
+    os.close(fd)
+    try:
+        process = subprocess.Popen(full_command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, bufsize=1, process_group=0,
+                                   preexec_fn=dies_with_this_process(),
+                                   env={**os.environ, TASK_GROUP_ENV: "1", PEAK_RSS_ENV: peak_file})
+        code, reported = _follow(process)
+        with open(peak_file, encoding="ascii") as f:
+            written = f.read().strip()
+        _peak_rss_kb = reported if reported is not None else int(written) if written.isdigit() else None
+        return code
+    finally:
+        os.unlink(peak_file)
+
+
+def _follow(process: subprocess.Popen) -> Tuple[int, Optional[int]]:
+    """run_task's: the task's output printed; (its exit code, the peak RSS its warm client reported, in kB)."""
+    from pipelines.warm_client import PEAK_RSS_LINE
+
+    reported = None  # a warm task's fork's (the client's own RSS is not the task's)
     _running.add(process.pid)
     try:
         check()
         for line in iter(process.stdout.readline, ""):
             print(line, end="")
+            if line.startswith(PEAK_RSS_LINE):
+                reported = int(line[len(PEAK_RSS_LINE):].split()[0])
             check()
         print("\n")
         code = process.wait()
         check()
-        return code
+        return code, reported
     except BaseException:
         stop_group(process.pid, process)
         raise
@@ -158,6 +186,15 @@ def run_task(full_command: List[str]) -> int:
 
 
 _running: set = set()  # the process groups of the tasks running now (run_task)
+_peak_rss_kb: Optional[int] = None  # the last task's (run_task)
+
+
+def take_peak_rss_mb() -> Optional[float]:
+    """The peak RSS of the task run_task ran last, in MB, once (None after that, or when a
+    task ran no process: a reused one)."""
+    global _peak_rss_kb
+    peak, _peak_rss_kb = _peak_rss_kb, None
+    return round(peak / 1024, 1) if peak is not None else None
 
 
 class _Handler:

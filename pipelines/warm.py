@@ -210,7 +210,7 @@ def _stop_task(pid: int) -> None:
 
 def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], timeout: float) -> str:
     """Forks a child for each waiting request, then reaps the children that ended and
-    sends each one's exit code to its client. A client whose socket closes while its task
+    sends each one's exit code and peak RSS to its client. A client whose socket closes while its task
     runs is gone (killed: nothing waits for the task any more): the task is stopped.
     Returns the last step started ("" if none)."""
     started = ""
@@ -249,15 +249,15 @@ def _serve_once(listener: socket.socket, children: Dict[int, socket.socket], tim
         children[pid] = conn
         conn.sendall(struct.pack("!i", pid))
     while children:
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
         if pid == 0:
             break
         code = os.waitstatus_to_exitcode(status)
         conn = children.pop(pid, None)
         _orphans.discard(conn)
-        if conn is not None:
+        if conn is not None:  # the exit code, then the task's peak RSS (kB: ru_maxrss on Linux)
             with contextlib.suppress(OSError):
-                conn.sendall(struct.pack("!i", code if code >= 0 else 128 - code))
+                conn.sendall(struct.pack("!iq", code if code >= 0 else 128 - code, usage.ru_maxrss))
             conn.close()
     return started
 

@@ -6,7 +6,9 @@ It hands its arguments, environment, working directory and its stdin/stdout/stde
 file descriptors themselves, SCM_RIGHTS) to the warm server, which forks a process that
 already imported TensorFlow and the steps' libraries, and runs the task there. It forwards
 SIGTERM/SIGINT/SIGHUP to that process and exits with its exit code; that process joins this
-one's process group, so a run that stops the group stops the task. When there is no warm server
+one's process group, so a run that stops the group stops the task. For a task of a local
+run (TASK_GROUP_ENV) it prints that process's peak RSS last (PEAK_RSS_LINE: the run reads it,
+pipelines/stopping.py: run_task). When there is no warm server
 (not started yet, or gone) or the command is not a KFP executor, it becomes the real Python
 (`os.execv`), so a task always runs, warm or cold.
 """
@@ -23,6 +25,7 @@ PYTHON_ENV = "GPUPIPE_WARM_PYTHON"
 # warm fork joins that group, so stopping the group stops all of the task
 TASK_GROUP_ENV = "GPUPIPE_TASK_GROUP"
 MODULES_ENV = "GPUPIPE_WARM_MODULES"  # what the server runs (`-m MODULE`, comma-separated); set by pipelines/warm.py
+PEAK_RSS_LINE = "gpupipe-task: peak RSS"  # `<this> <kB> kB`: the warm task's, which this process is not
 
 
 def _cold(python: str, args: list) -> None:
@@ -85,6 +88,9 @@ def main(args: list) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     status = _receive(conn, 4)  # the task's exit code (128 + N when a signal N ended it)
+    peak = _receive(conn, 8) if status else b""  # then its peak RSS, in kB
+    if peak and os.environ.get(TASK_GROUP_ENV) == "1":
+        print(f"{PEAK_RSS_LINE} {struct.unpack('!q', peak)[0]} kB", flush=True)
     return struct.unpack("!i", status)[0] if status else 1
 
 

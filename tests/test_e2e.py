@@ -86,6 +86,26 @@ def test_penguins_end_to_end_pushes_a_servable_model(first_run, s3_bucket):
     assert lineage["blessing"]["blessed"] and lineage["metrics"]["accuracy"] == blessing["value"]
 
 
+def test_the_run_records_each_steps_peak_rss_and_the_page_where_train_spent_its_time(first_run):
+    """The run's record (gpupipe-run.json) has every step's status, seconds and its task's
+    peak RSS; the train report's phases start with the task's start and are on the page."""
+    from components.contracts import names
+    from pipelines.run_dir import RUN_FILE
+
+    tmp_path, _, _ = first_run
+    run_dir = next(p for p in (tmp_path / "runs").glob("penguins-*") if p.is_dir())
+    record = json.loads((run_dir / RUN_FILE).read_text())["steps"]
+    assert list(record) == list(steps.names())
+    for name, step in record.items():
+        assert step["status"] == "SUCCESS" and step["seconds"] > 0, (name, step)
+        assert 20 < step["peak_rss_mb"] < 8192, (name, step)  # a Python with its libraries, well under the machine
+    train = json.loads((run_dir / "train" / "report" / "report.json").read_text())
+    phases = [p["name"] for p in train["phases"]]
+    assert phases[0] == "start" and phases[-1] == "report" and "epoch 1" in phases
+    assert sum(p["seconds"] for p in train["phases"]) <= record["train"]["seconds"]  # inside the task's time
+    assert "<h3>Where the time went</h3>" in (run_dir / names.RUN_REPORT_PAGE).read_text(encoding="utf-8")
+
+
 def test_gpupipe_report_prints_the_run_pages_path(first_run, capsys, monkeypatch):
     from pipelines.cli import main  # `gpupipe report` in process, as the command line calls it
 

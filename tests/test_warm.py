@@ -158,3 +158,30 @@ def test_a_task_whose_client_is_killed_is_stopped_by_the_server(tmp_path):
         while Path(f"/proc/{task}").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not Path(f"/proc/{task}").exists() and server.poll() is None  # the task, not the server
+
+
+BIG = 300  # MB a task below holds at once (its pages touched: b"x" * n, not a lazy zero allocation)
+
+
+def test_a_tasks_peak_rss_is_its_own_cold_or_warm(tmp_path):
+    """run_task keeps the task's peak RSS, taken once: a cold task's own high-water mark, which
+    it writes as it exits (importing `components`; not the RSS of the run it was forked
+    from), a warm one's (the fork, not its small client) as the server reaped it."""
+    from pipelines import stopping
+
+    module = tmp_path / "component.py"  # the executor imports it: the memory is held there, then the task fails
+    module.write_text(f"import components\nheld = b'x' * ({BIG} << 20)\nprint('held', flush=True)\n")
+    executor = ["-m", "kfp.dsl.executor_main", "--component_module_path", str(module), "--executor_input", "{}",
+                "--function_to_execute", "f"]
+    assert stopping.run_task([sys.executable, "-c", f"import components\nheld = b'x' * ({BIG} << 20)"]) == 0
+    cold = stopping.take_peak_rss_mb()
+    assert BIG < cold < BIG + 100 and stopping.take_peak_rss_mb() is None
+    assert stopping.run_task([sys.executable, "-c", "import components"]) == 0
+    assert stopping.take_peak_rss_mb() < 50  # a small Python's, though forked from this test process
+    assert stopping.run_task([sys.executable, "-c", "pass"]) == 0 and stopping.take_peak_rss_mb() is None
+    assert stopping.run_task([sys.executable, *executor]) != 0  # no function f: it fails after importing
+    assert BIG < stopping.take_peak_rss_mb() < BIG + 200
+    with warm.warm_tasks(preload=LIGHT):
+        assert stopping.run_task([sys.executable, *executor]) != 0
+        warm_peak = stopping.take_peak_rss_mb()
+    assert BIG < warm_peak < BIG + 400, warm_peak

@@ -1,7 +1,8 @@
 """Report: one self-contained HTML page per run, from what the other steps recorded (read
 through components/contracts/reports.py): training curves per epoch, the confusion matrix,
 ROC and PR curves (two classes), the slice table, the release gate's decision with its
-reasons, drift against the served version's data, training throughput and cost.
+reasons, drift against the served version's data, training throughput and cost, and where
+the train task's time went (its phases).
 
 Plotly draws the figures; plotly.js is inlined once per page, so the page opens without a
 network (a laptop, the Kubeflow UI's HTML viewer). No TensorFlow: the step starts fast.
@@ -265,6 +266,29 @@ def _throughput(record: RunRecord) -> str:
     return _table(["measure", "value"], rows)
 
 
+EPOCH_ROWS = 5  # more epochs than this: the first, the last and one row for those between
+
+
+def _phases(record: RunRecord) -> str:
+    """The train report's `phases` (components/train/phases.py): each phase's seconds, its share
+    of the task and the cores it kept busy (CPU seconds over seconds)."""
+    phases = (record.train or {}).get("phases") or []
+    if not phases:
+        return ""
+    epochs = [p for p in phases if p["name"].startswith("epoch ")]
+    if len(epochs) > EPOCH_ROWS:  # one row for the epochs between the first and the last
+        middle = epochs[1:-1]
+        between = {"name": f"epochs 2-{len(epochs) - 1} (one row)", "seconds": sum(p["seconds"] for p in middle),
+                   "cpu_seconds": sum(p["cpu_seconds"] for p in middle)}
+        at = phases.index(middle[0])
+        phases = [*phases[:at], between, *(p for p in phases[at:] if p not in middle)]
+    total = sum(p["seconds"] for p in phases)
+    rows = [[p["name"], _num(p["seconds"], "{:.2f}"), _num(p["seconds"] / total if total else None, "{:.1%}"),
+             _num(p["cpu_seconds"] / p["seconds"] if p["seconds"] else None, "{:.2f}")] for p in phases]
+    return (f"<h3>Where the time went</h3><p>The train task's phases, {total:.1f} s in all.</p>"
+            + _table(["phase", "seconds", "share", "cores busy"], rows))
+
+
 def _tuning(record: RunRecord) -> str:
     """training.tune's trials (the train report's `tuning`), the chosen one marked."""
     tuning = (record.train or {}).get("tuning")
@@ -312,7 +336,7 @@ def render_page(record: RunRecord, title: str) -> str:
     body = [f"<h1>{_e(title)}</h1>",
             "<h2>Release gate</h2>", _gate(record),
             "<h2>Training</h2>", plots("plot-loss", "plot-metrics") or "<p>No per-epoch history recorded.</p>",
-            "<h3>Throughput and cost</h3>", _throughput(record), _tuning(record),
+            "<h3>Throughput and cost</h3>", _throughput(record), _phases(record), _tuning(record),
             "<h2>Evaluation</h2>", plots("plot-confusion", "plot-roc", "plot-pr"), _metrics_table(record),
             _misclassified(record),
             _forms(record),

@@ -158,3 +158,30 @@ def test_a_tuned_run_lists_its_trials_and_marks_the_best(tmp_path):
     assert section.count("<tr>") == 4  # the head and three trials
     assert "<td>1 (best)</td><td>0.00905</td><td>[128, 64, 32]</td>" in section
     assert "<td>0.41234</td>" in section and "<td>FAILED</td>" in section and "val_loss" in section
+
+
+def test_the_train_phases_are_a_table_of_where_the_time_went(tmp_path):
+    """The train report's `phases`: seconds, share of the task and cores busy per phase; the
+    epochs between the first and the last share one row past EPOCH_ROWS epochs; a report
+    without phases (an older run) has no such table."""
+    from components.report.logic import EPOCH_ROWS
+
+    dirs = write_run(tmp_path)
+    page = tmp_path / "out" / "report.html"
+    run_report(page_html=str(page), title="t", **dirs)
+    assert "Where the time went" not in page.read_text(encoding="utf-8")
+    train_file = Path(dirs["train_report_dir"]) / names.TRAIN_REPORT_FILE
+    report = json.loads(train_file.read_text())
+    epochs = [{"name": f"epoch {i}", "seconds": 1.0, "cpu_seconds": 2.0} for i in range(1, EPOCH_ROWS + 3)]
+    report["phases"] = [{"name": "start", "seconds": 2.0, "cpu_seconds": 1.0}, *epochs,
+                        {"name": "export", "seconds": 1.0, "cpu_seconds": 0.5}]
+    train_file.write_text(json.dumps(report))
+    run_report(page_html=str(page), title="t", **dirs)
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("<h3>Where the time went</h3>"):text.index("</table>", text.index("Where the time"))]
+    total = 3.0 + len(epochs)
+    assert f"{total:.1f} s in all" in section and section.count("<tr>") == 1 + 5  # start, first, between, last, export
+    assert f"<td>start</td><td>2.00</td><td>{2 / total:.1%}</td><td>0.50</td>" in section
+    assert f"<td>epochs 2-{len(epochs) - 1} (one row)</td><td>{len(epochs) - 2:.2f}</td>" in section
+    assert section.index("epoch 1<") < section.index("epochs 2-") < section.index(f"epoch {len(epochs)}<") \
+        < section.index("export")

@@ -9,6 +9,7 @@ from components.contracts.errors import CONFIG_ERROR_EXIT, GpupipeError, reports
 from components.kinds import Columns
 from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
+from components.train.phases import Phases
 from components.train.settings import TrainSettings
 
 
@@ -31,7 +32,8 @@ def main(argv=None) -> int:
         train = reports_errors("train")(run_train)
         train(examples_dir=args.examples, statistics_dir=args.statistics, model_dir=args.model_dir,
               columns=Columns.from_json(args.columns), settings=TrainSettings.from_json(args.settings),
-              backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir)
+              backup_dir=args.backup_dir, log_dir=args.log_dir, report_dir=args.report_dir,
+              phases=Phases(since_process_start=True))
     except GpupipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return CONFIG_ERROR_EXIT

@@ -21,6 +21,7 @@ model scores the better rmse, in the label's units, is the one the network learn
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -228,6 +229,11 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         self.start_scores: dict = {}
         self.start_margin = 0.0
         self._start_rows: Optional[np.ndarray] = None
+        self.passes = {"seconds": 0.0, "cpu_seconds": 0.0}  # its own passes over the slice (the report's phases)
+
+    def _timed(self, started) -> None:
+        self.passes["seconds"] += time.monotonic() - started[0]
+        self.passes["cpu_seconds"] += time.process_time() - started[1]
 
     def _row_losses(self) -> np.ndarray:
         """The current weights' loss per row of the validation slice (squared error on the
@@ -246,6 +252,11 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         super().on_train_begin(logs)
         if self.validation is None or not self.monitor.startswith("val_"):
             return
+        started = (time.monotonic(), time.process_time())
+        self._score_the_start()
+        self._timed(started)
+
+    def _score_the_start(self) -> None:
         scores = self.model.evaluate(self.validation, verbose=0, return_dict=True)
         self.start_scores = {k: float(v) for k, v in scores.items()}  # the report's best_validation_* when kept
         value = scores.get(self.monitor[len("val_"):])
@@ -259,7 +270,9 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.best_epoch == -1 and self._start_rows is not None and len(self._start_rows) > 1:
+            started = (time.monotonic(), time.process_time())
             diff = self._start_rows - self._row_losses()  # paired: the same rows, the start's loss minus this epoch's
+            self._timed(started)
             if len(diff) == len(self._start_rows):
                 self.start_margin = START_MARGIN * float(diff.std(ddof=1) / np.sqrt(len(diff)))
                 self.best = self.start_value - self.start_margin  # the bar this epoch must pass

@@ -25,7 +25,9 @@ from components.contracts.errors import reports_errors
 from components.contracts.examples import examples_pattern
 from components.kinds import FeatureSpecs, specs_from_statistics
 from components.kinds import Columns
+from components.train import phases as phase
 from components.train.data import scratch_directory
+from components.train.phases import Phases
 from components.train.report import REPORT_MD, TrainReport, build_report, render_report
 from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted
 from components.train.runtime import is_chief
@@ -101,22 +103,23 @@ class Plan:
     estimated_bytes: int
 
 
-def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings) -> Plan:
-    """Seeds, loads the train statistics, picks the strategy and the precision policy (set
-    globally, as tf_keras has it) and sizes the run."""
+def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings, phases: Optional[Phases] = None) -> Plan:
+    """Seeds, picks the strategy and the precision policy (set globally, as tf_keras has it),
+    loads the train statistics and sizes the run (`phases`: START, then STATISTICS)."""
     import tf_keras
 
     from components.contracts.statistics import load_statistics
     from components.train.data import choose_input_cache, parsed_bytes_per_row
     from components.train.runtime import choose_strategy, compute_capability, precision_policy
 
-    s = settings
+    s, phases = settings, phases or Phases()
     tf_keras.utils.set_random_seed(s.seed)
-    train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
-    specs = specs_from_statistics(train_stats, columns, s.task, s.max_vocabulary, s.hash_buckets)
     strategy = choose_strategy(s.strategy)
     policy = precision_policy(s.mixed_precision, compute_capability())
     tf_keras.mixed_precision.set_global_policy(policy)
+    phases.mark(phase.START)
+    train_stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
+    specs = specs_from_statistics(train_stats, columns, s.task, s.max_vocabulary, s.hash_buckets)
     replicas = strategy.num_replicas_in_sync
     global_batch = s.batch_size * replicas
     train_rows = int(train_stats.num_examples)
@@ -126,6 +129,7 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
     k = s.gradient_accumulation_steps
     scratch = scratch_directory(s.scratch_dir or "")
     estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
+    phases.mark(phase.STATISTICS)
     return Plan(
         settings=s, specs=specs, model_specs=model_specs, metric="rmse" if s.task == "regression" else "accuracy",
         strategy=strategy, policy=policy, replicas=replicas, global_batch=global_batch,
@@ -230,28 +234,34 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
 
 
 def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
-                backup_dir: Optional[str] = None, log_dir: Optional[str] = None) -> TrainReport:
+                backup_dir: Optional[str] = None, log_dir: Optional[str] = None,
+                phases: Optional[Phases] = None) -> TrainReport:
     """One training run on local data: trains on `examples_dir/train`, exports a SavedModel
     to `model_dir` (the chief only) and returns the training report. A checkpoint in
-    `backup_dir` is resumed from."""
+    `backup_dir` is resumed from. `phases` (default: from this call) times it
+    (components/train/phases.py), through the report's."""
     from components.contracts.compat.tensorflow import graph_code_without_autograph
     from components.train.data import input_cache_directory, INPUT_DESCRIPTIONS
     from components.train.export import export_model
 
+    phases = phases or Phases()
     graph_code_without_autograph()
-    plan = plan_training(statistics_dir, columns, settings)
+    plan = plan_training(statistics_dir, columns, settings, phases)
     start = None
     if settings.linear_start and not settings.custom_model:  # the model contains the linear model, starts from it
         from components.train.linear_start import with_linear_start
 
         plan, start = with_linear_start(examples_dir, statistics_dir, plan)
+        phases.mark(phase.LINEAR_START)
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         print(f"input: {INPUT_DESCRIPTIONS[plan.cache]} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
               "parsed)", flush=True)
         dataset, validation = training_inputs(examples_dir, plan, cache_dir)
         model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
                               plan.target, start)
+        phases.mark(phase.MODEL)
         run = fit(model, dataset, validation, plan, backup_dir, log_dir, start)
+        phases.fit(run.timer.epochs, getattr(run.stopper, "passes", None))
         smearing = 1.0
         if plan.target == "log":  # Duan's factor on held-out rows (the slice), else on the train rows
             from components.train.data import make_dataset
@@ -260,14 +270,18 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             smearing = smearing_factor(model, validation if validation is not None else make_dataset(
                 examples_pattern(examples_dir, names.TRAIN_SPLIT), plan.specs, plan.global_batch, shuffle=False,
                 seed=settings.seed, target=plan.target))
+            phases.mark(phase.SMEARING)
         export_model(model, plan.specs, model_dir, run.chief, plan.target, smearing)
         if run.backup and run.chief:
             run.backup.discard()  # the model is whole; a later retry need not resume
-        return build_report(plan, run, model, dataset, smearing, start)
+        phases.mark(phase.EXPORT)
+        report = build_report(plan, run, model, dataset, smearing, start)
+        phases.mark(phase.REPORT)
+        return dataclasses.replace(report, phases=phases.to_list())
 
 
 def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
-              backup_dir: str = "", log_dir: str = "", report_dir: str = "") -> dict:
+              backup_dir: str = "", log_dir: str = "", report_dir: str = "", phases: Optional[Phases] = None) -> dict:
     """Training in this process, as the train task and `python -m components.train` (each
     worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (KFP
     and the job controller retry it; the retry resumes).
@@ -277,23 +291,28 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
     (docs/benchmarks.md, "Staging", measures it), the model, its TensorBoard logs and the
     report are written locally and copied up once whole (the model `saved_model.pb` last).
     TensorFlow's own filesystems are not used, so gs:// and s3:// take the same path.
-    Returns the JSON report. Its entry points (run_train_task, `python -m components.train`)
+    Returns the JSON report, its `phases` (default: from this call) with the copies up.
+    Its entry points (run_train_task, `python -m components.train`)
     report a GpupipeError; this does not, so one error is reported once."""
+    phases = phases or Phases()
     remote = [d for d in (examples_dir, statistics_dir, model_dir, log_dir) if d and storage.is_remote(d)]
     stage = tempfile.mkdtemp(prefix="gpupipe-stage-", dir=scratch_directory(settings.scratch_dir or "")) \
         if remote else ""
     try:
         started = time.perf_counter()
+        if remote:
+            phases.mark(phase.START)  # what ran before the staging
         local_examples = storage.local_dir(examples_dir, os.path.join(stage, "examples"))
         local_statistics = storage.local_dir(statistics_dir, os.path.join(stage, "statistics"))
         if remote:
             print(f"input: staged {', '.join(remote)} into {stage} in {time.perf_counter() - started:.1f} s",
                   flush=True)
+            phases.mark(phase.STAGING)
         local_model = os.path.join(stage, "model") if storage.is_remote(model_dir) else model_dir
         local_logs = os.path.join(stage, "tensorboard") if log_dir and storage.is_remote(log_dir) else log_dir
         try:
             report = train_model(local_examples, local_statistics, local_model, columns, settings, backup_dir or None,
-                                 local_logs or None).to_dict()
+                                 local_logs or None, phases).to_dict()
         except Preempted as err:
             print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
             raise SystemExit(PREEMPTED_EXIT_CODE) from None
@@ -302,6 +321,9 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
                 storage.put_tree(local_model, model_dir, last="saved_model.pb")
             if local_logs != log_dir and os.path.isdir(local_logs):
                 storage.upload_tree(local_logs, log_dir)
+            if local_model != model_dir or local_logs != log_dir:
+                phases.mark(phase.MIRROR)
+                report["phases"] = phases.to_list()
             if report_dir:
                 storage.makedirs(report_dir)
                 storage.write_text(storage.join(report_dir, names.TRAIN_REPORT_FILE), json.dumps(report, indent=2))
@@ -340,7 +362,7 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
         report_dir = _sibling(model[0], "report")
         report = run_train(examples_dir=examples[0], statistics_dir=statistics[0], model_dir=model[0],
                            columns=columns, settings=settings, backup_dir=backup_home, log_dir=log_dir,
-                           report_dir=report_dir)
+                           report_dir=report_dir, phases=Phases(since_process_start=True))
     else:
         from components.train.launch import Launch, run_training_job, worker_command
 

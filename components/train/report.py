@@ -71,6 +71,8 @@ class TrainReport(Mapping):
     chief: bool
     # per epoch run (this attempt's): loss and the metric, val_ ones with a validation slice
     history: Dict[str, List[float]]
+    # where the task's time went: [{name, seconds, cpu_seconds}] (components/train/phases.py)
+    phases: List[dict] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         """The JSON report, its keys in this order."""
@@ -163,5 +165,10 @@ def build_report(plan, run, model, dataset, smearing: float, start=None) -> Trai
 
 
 def render_report(report: Mapping) -> str:
-    rows = [f"| {k} | {v} |" for k, v in report.items() if not isinstance(v, dict)]
-    return "# Training report\n\n| measure | value |\n|---|---|\n" + "\n".join(rows) + "\n"
+    rows = [f"| {k} | {v} |" for k, v in report.items() if not isinstance(v, dict) and k != "phases"]
+    text = "# Training report\n\n| measure | value |\n|---|---|\n" + "\n".join(rows) + "\n"
+    phases = report.get("phases") or []
+    if phases:
+        text += ("\n## Where the time went\n\n| phase | seconds | CPU seconds |\n|---|---|---|\n"
+                 + "\n".join(f"| {p['name']} | {p['seconds']:.2f} | {p['cpu_seconds']:.2f} |" for p in phases) + "\n")
+    return text

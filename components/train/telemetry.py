@@ -19,25 +19,43 @@ from components.contracts import names
 
 class StepTimer(tf_keras.callbacks.Callback):
     """Wall time of each training step (the first, which traces the function, is dropped)
-    and of each epoch."""
+    and of each epoch: `epochs` holds, per epoch, its wall and CPU seconds (time.monotonic,
+    time.process_time) and those of its validation pass (inside the epoch: Keras validates
+    before on_epoch_end), for the report's phases (components/train/phases.py)."""
 
     def __init__(self):
         super().__init__()
         self.seconds: List[float] = []
-        self.epoch_seconds: List[float] = []
+        self.epochs: List[dict] = []
         self._started = None
-        self._epoch_started = None
+        self._epoch = self._test = (0.0, 0.0)
+        self._validation = [0.0, 0.0]
+
+    @property
+    def epoch_seconds(self) -> List[float]:
+        return [e["seconds"] for e in self.epochs]
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_started = time.perf_counter()
+        self._epoch = (time.monotonic(), time.process_time())
+        self._validation = [0.0, 0.0]
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epoch_seconds.append(time.perf_counter() - self._epoch_started)
+        self.epochs.append({"seconds": time.monotonic() - self._epoch[0],
+                            "cpu_seconds": time.process_time() - self._epoch[1],
+                            "validation_seconds": self._validation[0], "validation_cpu_seconds": self._validation[1]})
+
+    def on_test_begin(self, logs=None):
+        self._test = (time.monotonic(), time.process_time())
+
+    def on_test_end(self, logs=None):
+        self._validation[0] += time.monotonic() - self._test[0]
+        self._validation[1] += time.process_time() - self._test[1]
 
     def first_and_steady_epoch(self):
         """(the first epoch's seconds, the median of the later ones), None where there is none."""
-        first = self.epoch_seconds[0] if self.epoch_seconds else None
-        steady = float(np.median(self.epoch_seconds[1:])) if len(self.epoch_seconds) > 1 else None
+        seconds = self.epoch_seconds
+        first = seconds[0] if seconds else None
+        steady = float(np.median(seconds[1:])) if len(seconds) > 1 else None
         return first, steady
 
     def on_train_batch_begin(self, batch, logs=None):

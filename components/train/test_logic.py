@@ -292,19 +292,31 @@ def test_a_worker_entry_point_error_is_reported_once_and_exits_2(tmp_path, pengu
     assert len(errors.read_text(encoding="utf-8").splitlines()) == 1
 
 
-def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(tmp_path, penguin_examples,
-                                                                           penguin_validation):
-    """train_model returns a TrainReport; run_train writes its to_dict() (the keys evaluate, the
-    run summary and the KFP metrics read, in the order they had)."""
+@pytest.fixture(scope="module")
+def written_report(tmp_path_factory, penguin_examples, penguin_validation):
+    """run_train's report, the JSON it wrote and the run's wall time: 2 epochs with the
+    linear start and a validation slice (20% of the penguins' train rows)."""
+    import time
+
     from components.contracts import names
     from components.train.logic import run_train
-    from components.train.report import TrainReport
     from conftest import PENGUIN_COLUMNS, penguin_settings
 
+    tmp_path = tmp_path_factory.mktemp("report")
+    started = time.monotonic()
     report = run_train(examples_dir=penguin_examples, statistics_dir=penguin_validation["statistics"],
-                       model_dir=str(tmp_path / "m"), columns=PENGUIN_COLUMNS, settings=penguin_settings(epochs=1),
-                       report_dir=str(tmp_path / "r"))
-    written = json.loads((tmp_path / "r" / names.TRAIN_REPORT_FILE).read_text(encoding="utf-8"))
+                       model_dir=str(tmp_path / "m"), columns=PENGUIN_COLUMNS,
+                       settings=penguin_settings(epochs=2, validation_percent=20), report_dir=str(tmp_path / "r"))
+    seconds = time.monotonic() - started
+    return report, json.loads((tmp_path / "r" / names.TRAIN_REPORT_FILE).read_text(encoding="utf-8")), seconds
+
+
+def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(written_report):
+    """train_model returns a TrainReport; run_train writes its to_dict() (the keys evaluate, the
+    run summary and the KFP metrics read, in the order they had)."""
+    from components.train.report import TrainReport
+
+    report, written, _ = written_report
     assert written == report
     assert list(written) == [
         "examples_per_second", "train_seconds", "epochs", "epochs_run", "early_stopping_monitor", "best_epoch",
@@ -314,10 +326,32 @@ def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(tmp_p
         "step_seconds_p50", "step_seconds_p95", "compute_only_step_seconds_p50", "input_wait_fraction",
         "train_examples", "replicas", "workers", "strategy", "global_batch_size", "gradient_accumulation_steps",
         "effective_batch_size", "learning_rate", "optimizer", "precision_policy", "xla", "input_cache", "gpus",
-        "gpu_utilization_mean", "gpu_hours", "estimated_cost", "final_loss", "final_train_accuracy", "model",
-        "chief", "history"]
-    typed = TrainReport(**{**{k: v for k, v in written.items() if k != "final_train_accuracy"},
+        "gpu_utilization_mean", "gpu_hours", "estimated_cost", "final_loss", "final_train_accuracy",
+        "best_validation_accuracy", "model", "chief", "history", "phases"]
+    typed = TrainReport(**{**{k: v for k, v in written.items()
+                              if k not in ("final_train_accuracy", "best_validation_accuracy")},
                            "metric": "accuracy", "final_train_metric": written["final_train_accuracy"],
                            "best_validation_metric": 0.5})
     assert typed.to_dict()["best_validation_accuracy"] == 0.5 and typed["final_train_accuracy"] == typed.final_train_metric
     assert "final_train_metric" not in typed and "metric" not in typed.to_dict()
+
+
+def test_the_report_says_where_the_time_went_phase_by_phase(written_report):
+    """The phases, in order, cover the run: their sum is its wall time within 15%; each
+    epoch's training steps are inside the epoch the StepTimer measured (its validation
+    pass out), and the Markdown report has them as a table."""
+    from components.train import phases as p
+    from components.train.report import render_report
+
+    report, written, seconds = written_report
+    assert written["validation_percent"] == 20 and written["linear_start"] and written["epochs_run"] == 2
+    names_ = [phase["name"] for phase in written["phases"]]
+    assert names_ == [p.START, p.STATISTICS, p.LINEAR_START, p.MODEL, p.VALIDATION, p.epoch_phase(1),
+                      p.epoch_phase(2), p.FIT_OTHER, p.EXPORT, p.REPORT]
+    spent = {phase["name"]: phase["seconds"] for phase in written["phases"]}
+    assert all(v >= 0 for v in spent.values()) and spent[p.VALIDATION] > 0 and spent[p.EXPORT] > 0
+    assert abs(sum(spent.values()) - seconds) <= 0.15 * seconds, (spent, seconds)
+    fit = spent[p.VALIDATION] + spent[p.epoch_phase(1)] + spent[p.epoch_phase(2)] + spent[p.FIT_OTHER]
+    assert abs(fit - written["train_seconds"]) <= 0.15 * written["train_seconds"], (fit, written["train_seconds"])
+    assert spent[p.epoch_phase(1)] < written["first_epoch_seconds"]  # less its validation pass
+    assert f"| {p.EXPORT} | {spent[p.EXPORT]:.2f} |" in render_report(written)
