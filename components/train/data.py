@@ -3,10 +3,11 @@ the parsed train batches live after the first epoch (memory, local disk, or read
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
-from typing import Dict
+from typing import Dict, List
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
@@ -43,7 +44,7 @@ def label_transform(specs: FeatureSpecs, target: str = STANDARDIZE):
 def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
                  repeat: bool = False, cache: str = names.CACHE_NONE, cache_dir: str = "",
                  shuffle_buffer: int = 10_000, validation_percent: int = 0, part: str = "all",
-                 target: str = STANDARDIZE) -> tf.data.Dataset:
+                 target: str = STANDARDIZE, shard_share: float = 1.0) -> tf.data.Dataset:
     """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
     shuffle, batch then one vectorised parse per batch, prefetch.
 
@@ -64,7 +65,8 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
 
     `part`: "all" the examples, or with `validation_percent` > 0 the "train" rows or the
     "validation" slice of them (`in_validation_slice`: a hash of the serialized example,
-    so the same rows every epoch and on every worker, the two parts disjoint)."""
+    so the same rows every epoch and on every worker, the two parts disjoint). `shard_share`
+    < 1 reads that share of the shards only, spread evenly over them (`spread_shards`)."""
     if part not in ("all", "train", "validation"):
         raise GpupipeError(f"input part: '{part}' is not all, train or validation")
     if cache not in names.INPUT_CACHES:
@@ -74,6 +76,7 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     files = sorted(tf.io.gfile.glob(file_pattern))
     if not files:
         raise GpupipeError(f"examples: no files match {file_pattern}; run ingest first")
+    files = spread_shards(files, shard_share)
     if any(kind.per_example for kind, _ in specs.kinds()):
         return _decoded_dataset(files, specs, batch_size, shuffle, seed, repeat, cache, cache_dir, shuffle_buffer,
                                 validation_percent, part, target)
@@ -180,6 +183,16 @@ def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool,
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = False  # the parallelism is set (make_dataset's docstring)
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def spread_shards(files: List[str], share: float) -> List[str]:
+    """`share` of the shards (at least one), evenly spaced over them: ingest writes rows in the
+    source's order, so evenly spaced shards sample a sorted table (by time, by label) over its
+    whole range, where the first ones would hold its start only."""
+    if share >= 1 or len(files) <= 1:
+        return list(files)
+    count = max(1, math.ceil(len(files) * share))
+    return sorted({files[int(i * len(files) / count)] for i in range(count)})
 
 
 def in_validation_slice(serialized, percent: int):

@@ -112,3 +112,16 @@ def test_trainer_over_the_memory_budget_spills_to_scratch_and_cleans_up(tmp_path
     assert report["final_train_accuracy"] > 0.8
     assert "input: parsed batches written to local scratch in the first epoch" in capsys.readouterr().out
     assert not list(scratch.iterdir()), "the disk cache outlived training"
+
+
+def test_a_large_validation_slice_reads_a_spread_share_of_the_shards():
+    """Past VALIDATION_ROWS held-out rows the slice reads evenly spaced shards only: a table
+    sorted by time or label is sampled over its whole range, not its first shards."""
+    from components.train.data import spread_shards
+
+    files = [f"shard-{i:05d}" for i in range(20)]
+    assert spread_shards(files, 1.0) == files and spread_shards(files[:1], 0.1) == files[:1]
+    picked = spread_shards(files, 0.1)
+    assert picked == ["shard-00000", "shard-00010"]
+    quarter = spread_shards(files, 0.25)
+    assert len(quarter) == 5 and quarter[-1] >= "shard-00015"  # reaches the end of the split
