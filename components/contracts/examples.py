@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import List, Optional
 
 from components.contracts import names, storage
@@ -27,6 +28,16 @@ def split_files(examples_dir: str, split: str, required: bool = True) -> List[st
     if required and not files:
         raise GpupipeError(f"examples: no {split} shards under {examples_dir}; run ingest first")
     return files
+
+
+def spread_shards(files: List[str], share: float, at_least: int = 1) -> List[str]:
+    """`share` of the shards (at least one), evenly spaced over them: ingest writes rows in the
+    source's order, so evenly spaced shards sample a sorted table (by time, by label) over its
+    whole range, where the first ones would hold its start only."""
+    if share >= 1 or len(files) <= 1:
+        return list(files)
+    count = min(len(files), max(at_least, math.ceil(len(files) * share)))
+    return sorted({files[int(i * len(files) / count)] for i in range(count)})
 
 
 def ingest_statistics_dir(examples_dir: str) -> str:

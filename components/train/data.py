@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
+from components.contracts.examples import spread_shards
 from components.kinds import FeatureSpecs, feature_statistics
 from components.train.target import LOG, STANDARDIZE
 
@@ -183,16 +184,6 @@ def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool,
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = False  # the parallelism is set (make_dataset's docstring)
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
-def spread_shards(files: List[str], share: float) -> List[str]:
-    """`share` of the shards (at least one), evenly spaced over them: ingest writes rows in the
-    source's order, so evenly spaced shards sample a sorted table (by time, by label) over its
-    whole range, where the first ones would hold its start only."""
-    if share >= 1 or len(files) <= 1:
-        return list(files)
-    count = max(1, math.ceil(len(files) * share))
-    return sorted({files[int(i * len(files) / count)] for i in range(count)})
 
 
 def in_validation_slice(serialized, percent: int):

@@ -117,7 +117,7 @@ def test_trainer_over_the_memory_budget_spills_to_scratch_and_cleans_up(tmp_path
 def test_a_large_validation_slice_reads_a_spread_share_of_the_shards():
     """Past VALIDATION_ROWS held-out rows the slice reads evenly spaced shards only: a table
     sorted by time or label is sampled over its whole range, not its first shards."""
-    from components.train.data import spread_shards
+    from components.contracts.examples import spread_shards
 
     files = [f"shard-{i:05d}" for i in range(20)]
     assert spread_shards(files, 1.0) == files and spread_shards(files[:1], 0.1) == files[:1]
@@ -125,3 +125,4 @@ def test_a_large_validation_slice_reads_a_spread_share_of_the_shards():
     assert picked == ["shard-00000", "shard-00010"]
     quarter = spread_shards(files, 0.25)
     assert len(quarter) == 5 and quarter[-1] >= "shard-00015"  # reaches the end of the split
+    assert spread_shards(files, 0.01, at_least=4) == ["shard-00000", "shard-00005", "shard-00010", "shard-00015"]
