@@ -122,3 +122,30 @@ def test_columns_tensorflow_refuses_are_renamed_from_ingest_to_evaluate(tmp_path
     assert out["probabilities"].shape == (1, 3)
     sliced = score_model(str(tmp_path / "m"), ex, slices=["island name"]).slices["island name"]
     assert sorted(sliced) == ["Biscoe", "Dream", "Torgersen"]
+
+
+
+def test_a_strided_read_takes_spread_shards_and_about_one_row_in_stride(tmp_path):
+    """A large split read for the linear start or the baseline: about total/stride rows, from
+    shards spread over the split (the table here is sorted by its label: every class comes)."""
+    import csv
+
+    from components.contracts import names
+    from components.contracts.examples import split_files
+    from components.contracts.linear import read_split
+    from components.ingest.logic import ingest_data
+    from components.ingest.settings import DataSettings
+
+    source = tmp_path / "sorted.csv"
+    with source.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x", "label"])
+        w.writerows([[i, f"c{i * 4 // 4000}"] for i in range(4000)])  # four classes, in order
+    ex = str(tmp_path / "ex")
+    ingest_data(DataSettings(source=str(source), label="label", numeric_features=["x"]), ex, shard_rows=200)
+    files = split_files(ex, names.TRAIN_SPLIT)
+    assert len(files) >= 15
+    whole, _ = read_split(ex, names.TRAIN_SPLIT, "label", {"x": "numeric"}, False)
+    x, y = read_split(ex, names.TRAIN_SPLIT, "label", {"x": "numeric"}, False, stride=10)
+    assert 0.6 * len(whole["x"]) / 10 <= len(x["x"]) <= 1.6 * len(whole["x"]) / 10
+    assert sorted(set(y)) == ["c0", "c1", "c2", "c3"]  # the whole range, not the first shards

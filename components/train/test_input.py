@@ -92,8 +92,9 @@ def test_cache_mode_follows_the_budgets(tmp_path):
     assert choose_input_cache(2000 * mb, 1024, 0, str(tmp_path)) == CACHE_NONE
     assert choose_input_cache(30000 * mb, 1024, 20480, str(tmp_path)) == CACHE_NONE
     assert choose_input_cache(100 * mb, 0, 0, str(tmp_path)) == CACHE_NONE
-    # More than half the scratch disk's free space: stream instead of filling the disk.
-    assert choose_input_cache(free // 2 + 1, 0, 2 ** 40 // mb, str(tmp_path)) == CACHE_NONE
+    # More than half the scratch disk's free space: stream instead of filling the disk (60% of
+    # it: other tests free space meanwhile, and a margin of one byte was flaky under xdist)
+    assert choose_input_cache(int(free * 0.6), 0, 2 ** 40 // mb, str(tmp_path)) == CACHE_NONE
     assert choose_input_cache(1000 * mb, 0, 20480, str(tmp_path / "missing")) == CACHE_NONE
 
 
