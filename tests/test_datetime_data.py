@@ -48,7 +48,7 @@ def test_init_proposes_timestamps_as_datetime_with_the_format_it_read_and_leaves
     assert p.features["datetime"] == ["created", "shipped on", "day"]
     assert p.numeric == ["x"] and [c for c, _ in p.left_out] == ["user"]
     assert p.settings == {"shipped on": {"format": "%d/%m/%Y %H:%M"}}
-    assert p.notes["created"] == "300 of 300 sampled values read as ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS])"
+    assert p.notes["created"] == "300 of 300 sampled values read as ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS][Z|+HH:MM])"
     assert p.notes["shipped on"] == "300 of 300 sampled values read as the format '%d/%m/%Y %H:%M' (its format, below)"
     text = render(p, "gpupipe init", "c.yaml")
     assert '    - {name: "shipped on", format: "%d/%m/%Y %H:%M"}  # the model\'s input: shipped_on' in text
@@ -67,7 +67,7 @@ def test_a_datetime_column_that_does_not_parse_stops_ingest_in_one_line(tmp_path
     line = str(err.value)
     assert "\n" not in line
     assert line.startswith(f"data.datetime_features: 180 of 180 values of column 'created' in {data} (100.0%, over "
-                           "max_unparsed 0.01) do not parse as ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS]), such as '")
+                           "max_unparsed 0.01) do not parse as ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS][Z|+HH:MM]), such as '")
     assert line.endswith("set the entry's format to how they are written (e.g. {name: created, format: "
                          "\"%d/%m/%Y %H:%M\"}: %Y %m %d %H %M %S), or fix those cells")
     # With its format the same column ingests; a few bad values under max_unparsed pass as missing.

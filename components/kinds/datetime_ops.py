@@ -35,9 +35,17 @@ def parse_tensor(values, fmt: str = ""):
     parts = {p: numbers[:, i] for i, p in enumerate(PARTS)}
     y, m, d, hh, mm, ss = (parts[p] for p in PARTS)
     ok = matched & ~missing & in_range(y, m, d, hh, mm, ss, _where)
+    offset = tf.zeros_like(y)
+    if compiled.offset:
+        sign_group, hour_group, minute_group = compiled.offset
+        sign = tf.strings.regex_replace(safe, compiled.pattern, f"\\{sign_group}")
+        oh, om = (tf.strings.to_number(tf.strings.regex_replace(safe, compiled.pattern, f"0\\{g}"), tf.int64)
+                  for g in (hour_group, minute_group))
+        ok = ok & (oh <= 23) & (om <= 59)
+        offset = tf.where(tf.equal(sign, "-"), -tf.ones_like(oh), tf.ones_like(oh)) * (oh * 3600 + om * 60)
     one = tf.ones_like(m)
     days = days_from_civil(y, tf.where(ok, m, one), tf.where(ok, d, one), _where)
-    seconds = tf.where(ok, days * 86400 + hh * 3600 + mm * 60 + ss, tf.zeros_like(days))
+    seconds = tf.where(ok, days * 86400 + hh * 3600 + mm * 60 + ss - offset, tf.zeros_like(days))
     return missing, ok, parts, seconds
 
 
@@ -55,7 +63,10 @@ def encode_tensor(values, spec):
     y, m, d, hh, mm = (tf.cast(parts[p], tf.float32) for p in "YmdHM")
     day_count = tf.cast(days_in_month(parts["Y"], tf.where(ok, parts["m"], tf.ones_like(parts["m"])), _where),
                         tf.float32)
-    weekday = tf.cast(day_of_week(seconds // 86400), tf.float32)
+    # the weekday where it was written (the parts' date; seconds are UTC with an offset)
+    one = tf.ones_like(parts["m"])
+    local_days = days_from_civil(parts["Y"], tf.where(ok, parts["m"], one), tf.where(ok, parts["d"], one), _where)
+    weekday = tf.cast(day_of_week(local_days), tf.float32)
     elapsed = tf.cast(seconds - spec.reference, tf.float64) / 86400.0
     columns = [(y - spec.year_mean) / spec.year_std, *_cyclic(m - 1.0, 12.0), *_cyclic(d - 1.0, day_count),
                *_cyclic(weekday, 7.0), *_cyclic(hh, 24.0), *_cyclic(mm, 60.0),

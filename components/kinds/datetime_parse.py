@@ -8,7 +8,8 @@ A format is a strftime subset: %Y (4 digits), %m, %d, %H (1 or 2 digits), %M, %S
 %% (a literal '%'); it holds %Y, each directive at most once, and a part it leaves out is the
 start of its period (month 1, day 1, 00:00:00). With no format, ISO 8601 is read:
 `YYYY-MM-DD`, optionally `[ T]HH:MM`, optionally `:SS`, fractional seconds (ignored) and a
-trailing `Z`. Leading and trailing whitespace is dropped; an empty value is missing, not bad.
+trailing `Z` or UTC offset (`+02:00`, `-0530`): the parts are the clock as written (the hour
+of day, the weekday where it was written), the seconds since 1970 the instant in UTC. Leading and trailing whitespace is dropped; an empty value is missing, not bad.
 A value whose parts are out of range (month 13, 31 April, 29 February of a common year, hour
 24) does not parse."""
 from __future__ import annotations
@@ -33,9 +34,11 @@ PARTS = "YmdHMS"  # the parts, in the order the rewrite lists them
 DEFAULTS = {"Y": "1970", "m": "1", "d": "1", "H": "0", "M": "0", "S": "0"}  # a part a format leaves out
 _DIGITS = {"Y": "[0-9]{4}", "m": "[0-9]{1,2}", "d": "[0-9]{1,2}", "H": "[0-9]{1,2}", "M": "[0-9]{2}", "S": "[0-9]{2}"}
 _SPECIAL = set(".^$*+?()[]{}|\\")
-ISO_NAME = "ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS])"
+ISO_NAME = "ISO 8601 (YYYY-MM-DD[ T]HH:MM[:SS][Z|+HH:MM])"
+# Groups 1-6: the parts; 7-9: a UTC offset's sign, hours and minutes (ISO_OFFSET).
 _ISO = (r"^([0-9]{4})-([0-9]{2})-([0-9]{2})"
-        r"(?:[ T]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,][0-9]+)?)?Z?)?$")
+        r"(?:[ T]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,][0-9]+)?)?(?:Z|([+-])([0-9]{2}):?([0-9]{2}))?)?$")
+ISO_OFFSET = (7, 8, 9)
 # What `gpupipe init` tries on a text column after ISO 8601, in this order (month first before
 # day first: the two agree on days up to 12, and init proposes the first that fits).
 COMMON_FORMATS = ("%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%Y/%m/%d",
@@ -55,6 +58,7 @@ class DateFormat:
     pattern: str
     groups: Dict[str, int]
     example: str
+    offset: Optional[Tuple[int, int, int]] = None  # the groups of a UTC offset's sign, hours, minutes
 
     @property
     def rewrite(self) -> str:
@@ -68,7 +72,7 @@ class DateFormat:
 def compile_format(fmt: Optional[str]) -> DateFormat:
     """The compiled format (None or '': ISO 8601); ValueError names what is wrong with it."""
     if not fmt:
-        return DateFormat(None, _ISO, {p: i + 1 for i, p in enumerate(PARTS)}, "1970-01-01 00:00:00")
+        return DateFormat(None, _ISO, {p: i + 1 for i, p in enumerate(PARTS)}, "1970-01-01 00:00:00", ISO_OFFSET)
     pattern, example, groups, i = ["^"], [], {}, 0
     while i < len(fmt):
         c = fmt[i]
@@ -162,8 +166,16 @@ def parse_strings(values, fmt: DateFormat) -> Parsed:
             parts[p] = np.full(len(text), int(DEFAULTS[p]), np.int64)
     y, m, d, hh, mm, ss = (parts[p] for p in PARTS)
     ok = matched & ~missing & in_range(y, m, d, hh, mm, ss, np.where)
+    offset = np.zeros(len(text), np.int64)
+    if fmt.offset:
+        safe = pc.if_else(pa.array(matched), text, fmt.example)
+        sign, oh, om = (pc.replace_substring_regex(safe, fmt.pattern, f"{'' if i == 0 else '0'}\\{g}")
+                        for i, g in enumerate(fmt.offset))
+        oh, om = (pc.cast(v, pa.int64()).to_numpy().astype(np.int64) for v in (oh, om))
+        ok &= (oh <= 23) & (om <= 59)
+        offset = np.where(pc.equal(sign, "-").to_numpy(zero_copy_only=False), -1, 1) * (oh * 3600 + om * 60)
     days = days_from_civil(y, np.where(ok, m, 1), np.where(ok, d, 1), np.where)
-    seconds = np.where(ok, days * 86400 + hh * 3600 + mm * 60 + ss, 0).astype(np.int64)
+    seconds = np.where(ok, days * 86400 + hh * 3600 + mm * 60 + ss - offset, 0).astype(np.int64)
     return Parsed(missing=missing, ok=ok, parts=parts, seconds=seconds)
 
 

@@ -34,7 +34,10 @@ CASES = [
     ("2020-01-01 24:00", None, None),
     ("2020-01-01 10:60", None, None),
     ("2020-1-1", None, None),  # ISO wants two digits
-    ("2020-01-01 10:00+02:00", None, None),  # offsets are not read
+    ("2020-01-01 10:00+02:00", None, dt.datetime(2020, 1, 1, 10, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))),
+    ("2020-01-01T23:30:00-0530", None, dt.datetime(2020, 1, 1, 23, 30, tzinfo=dt.timezone(-dt.timedelta(hours=5, minutes=30)))),
+    ("2020-01-01 10:00+25:00", None, None),  # no such offset
+    ("2020-01-01+02:00", None, None),  # an offset needs a time
     ("20200101", None, None),
     ("hello", None, None),
     ("", None, "missing"),
@@ -61,8 +64,9 @@ def test_ingest_and_the_model_parse_alike_and_as_python_does(fmt):
     for i, (value, want) in enumerate(cases):
         assert bool(py.missing[i]) == (want == "missing"), value
         assert bool(py.ok[i]) == isinstance(want, dt.datetime), value
-        if isinstance(want, dt.datetime):
-            assert seconds[i] == (want - EPOCH) // dt.timedelta(seconds=1), value
+        if isinstance(want, dt.datetime):  # the instant (UTC) in seconds; the parts as written
+            utc = want.astimezone(dt.timezone.utc).replace(tzinfo=None) if want.tzinfo else want
+            assert seconds[i] == (utc - EPOCH) // dt.timedelta(seconds=1), value
             assert [parts[p][i] for p in "YmdHM"] == [want.year, want.month, want.day, want.hour, want.minute]
 
 
