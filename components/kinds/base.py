@@ -236,11 +236,23 @@ class Encoded:
     extras: Dict[str, Any]
 
 
+def clear_string_domain(feature) -> None:
+    """A string feature whose values are not categories (timestamps, free text): no domain in
+    the schema, so values unseen in training, which are the norm, are no anomaly."""
+    feature.ClearField("domain")
+    feature.ClearField("distribution_constraints")
+
+
+def find_statistics(dataset, name: str):
+    """The statistics of column `name` (its safe name) in a DatasetFeatureStatistics, or None."""
+    return next((f for f in dataset.features if (f.path.step and f.path.step[0] == name) or f.name == name), None)
+
+
 def feature_statistics(dataset, name: str):
     """The statistics of column `name` (its safe name) in a DatasetFeatureStatistics."""
-    for feature in dataset.features:
-        if (feature.path.step and feature.path.step[0] == name) or feature.name == name:
-            return feature
+    found = find_statistics(dataset, name)
+    if found is not None:
+        return found
     raise GpupipeError(f"statistics: no statistics for column '{name}'; is it in the data? "
                        "Fix data features in the config")
 

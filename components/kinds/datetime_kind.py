@@ -18,7 +18,8 @@ from typing import Dict, List, Optional
 from pydantic import Field, field_validator
 
 from components.contracts.errors import GpupipeError
-from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn
+from components.kinds.base import (ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn,
+                                   clear_string_domain, feature_statistics, find_statistics)
 from components.kinds.datetime_parse import (ISO_NAME, DatetimeFeature, compile_format, detect_format,  # noqa: F401
                                              parse_strings)
 
@@ -34,7 +35,7 @@ class DatetimeSetting(FeatureSetting):
     format: Optional[str] = Field(
         None, description="how the values are written, a strftime subset: %Y (4 digits), %m, %d, %H (1 or 2 "
                           "digits), %M, %S (2 digits), %%, e.g. '%d/%m/%Y %H:%M'; unset: ISO 8601 "
-                          "(YYYY-MM-DD, optionally [ T]HH:MM[:SS][.fraction][Z])")
+                          "(YYYY-MM-DD, optionally [ T]HH:MM[:SS][.fraction][Z|+HH:MM])")
     max_unparsed: float = Field(
         0.01, ge=0, le=1, description="more than this share of the column's present values not parsing by `format` "
                                       "stops ingest (the format is probably wrong); an empty cell is missing, not "
@@ -56,10 +57,6 @@ class DatetimeStatistics:
     column: object
     seconds: object = None
     year: object = None
-
-
-def _feature(dataset, name: str):
-    return next((f for f in dataset.features if (f.path.step and f.path.step[0] == name) or f.name == name), None)
 
 
 def _non_missing(feature) -> int:
@@ -110,8 +107,8 @@ class DatetimeKind(StringColumn, FeatureKind):
         unparsed, present, example = 0, 0, None
         for split_stats in stats.values():
             dataset = split_stats.datasets[0]
-            present += _non_missing(_feature(dataset, name))
-            bad = _feature(dataset, f"{name}__{UNPARSED}")
+            present += _non_missing(find_statistics(dataset, name))
+            bad = find_statistics(dataset, f"{name}__{UNPARSED}")
             unparsed += _non_missing(bad)
             if bad is not None and example is None and bad.string_stats.top_values:
                 example = bad.string_stats.top_values[0].value
@@ -127,15 +124,11 @@ class DatetimeKind(StringColumn, FeatureKind):
                 "format: \"%d/%m/%Y %H:%M\"}: %Y %m %d %H %M %S), or fix those cells")
 
     def edit_schema(self, feature) -> None:
-        """Timestamps are not categories: no string domain (values unseen in training are the norm)."""
-        feature.ClearField("domain")
-        feature.ClearField("distribution_constraints")
+        clear_string_domain(feature)
 
     def spec_statistics(self, dataset, name: str) -> DatetimeStatistics:
-        from components.kinds.specs import feature_statistics
-
-        return DatetimeStatistics(feature_statistics(dataset, name), _feature(dataset, f"{name}__seconds"),
-                                  _feature(dataset, f"{name}__year"))
+        return DatetimeStatistics(feature_statistics(dataset, name), find_statistics(dataset, f"{name}__seconds"),
+                                  find_statistics(dataset, f"{name}__year"))
 
     def spec(self, name: str, stats: DatetimeStatistics, setting: DatetimeSetting, options) -> DatetimeFeature:
         fmt = setting.format or ""

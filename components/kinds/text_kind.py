@@ -16,7 +16,8 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from components.kinds.base import ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn
+from components.kinds.base import (ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn,
+                                   clear_string_domain, feature_statistics, find_statistics)
 from components.kinds.text_tokens import counts_of_values, ranked, tokenize, with_ngrams
 
 TOKEN_IDS = "token_ids"  # Encoded.extras: {feature: [batch, sequence_length] int64 token ids, 0 padding}
@@ -73,10 +74,6 @@ class TextStatistics:
 
     column: object
     tokens: object = None
-
-
-def _feature(dataset, name: str):
-    return next((f for f in dataset.features if (f.path.step and f.path.step[0] == name) or f.name == name), None)
 
 
 def _counts(feature):
@@ -137,12 +134,12 @@ class TextKind(StringColumn, FeatureKind):
         from components.contracts import names
 
         train = stats.get(names.TRAIN_SPLIT)
-        found = _feature(train.datasets[0], f"{name}__tokens") if train is not None else None
+        found = find_statistics(train.datasets[0], f"{name}__tokens") if train is not None else None
         if found is None:
             return
         vocabulary = set(_vocabulary(found, setting))
         for split_stats in stats.values():
-            tokens = _feature(split_stats.datasets[0], f"{name}__tokens")
+            tokens = find_statistics(split_stats.datasets[0], f"{name}__tokens")
             if tokens is None:
                 continue
             total = tokens.string_stats.common_stats.tot_num_values
@@ -151,17 +148,13 @@ class TextKind(StringColumn, FeatureKind):
             tokens.custom_stats.add(name="vocabulary_size", num=float(len(vocabulary)))
 
     def edit_schema(self, feature) -> None:
-        """Free text is not categories: no string domain (values unseen in training are the norm)."""
-        feature.ClearField("domain")
-        feature.ClearField("distribution_constraints")
+        clear_string_domain(feature)
 
     def edit_derived_schema(self, feature) -> None:
         self.edit_schema(feature)  # new words are no anomaly either; the OOV share says how many
 
     def spec_statistics(self, dataset, name: str) -> TextStatistics:
-        from components.kinds.specs import feature_statistics
-
-        return TextStatistics(feature_statistics(dataset, name), _feature(dataset, f"{name}__tokens"))
+        return TextStatistics(feature_statistics(dataset, name), find_statistics(dataset, f"{name}__tokens"))
 
     def spec(self, name: str, stats: TextStatistics, setting: TextSetting, options) -> TextFeature:
         if stats.tokens is not None and _counts(stats.tokens):

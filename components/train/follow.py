@@ -26,7 +26,9 @@ from components.train.kube import TimedApi, with_retries
 MANAGED_KEY, MANAGED_VALUE = "app.kubernetes.io/managed-by", "gpupipe"
 WORKFLOW_API = ("argoproj.io", "v1alpha1", "workflows")
 FOLLOW_API_DEADLINE = 900.0  # the API down this long while following: the launcher stops, the job runs on
-PLURALS = {"JobSet": "jobsets", "TFJob": "tfjobs"}
+# kind -> (group, version, plural, Kind): the jobs the launcher makes
+API = {"jobset": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+       "tfjob": ("kubeflow.org", "v1", "tfjobs", "TFJob")}
 
 
 def job_state(job: dict) -> tuple[str, str]:
@@ -114,7 +116,7 @@ def follow_job(manifest: dict, api, poll_seconds: float = 15.0, timeout_seconds:
     is no Workflow to ask (not a KFP run: the job is the task's pod's, and goes with it)."""
     group, version = manifest["apiVersion"].split("/")
     kind = manifest["kind"]
-    plural = PLURALS[kind]
+    plural = next(p for _, _, p, k in API.values() if k == kind)
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     api = api if isinstance(api, TimedApi) else TimedApi(api)
     if create_or_adopt(api, manifest, group, version, plural):

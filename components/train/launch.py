@@ -24,7 +24,8 @@ from components.contracts import storage
 from components.contracts.errors import CONFIG_ERROR_EXIT
 from components.contracts.pods import PRIORITY_LABEL, PodShape
 from components.contracts.settings import Strict
-from components.train.follow import MANAGED_KEY, MANAGED_VALUE, WORKFLOW_API, create_or_adopt, follow_job, job_state  # noqa: F401
+from components.train.follow import (API, MANAGED_KEY, MANAGED_VALUE, WORKFLOW_API, create_or_adopt,  # noqa: F401
+                                     follow_job, job_state)
 from components.train.kube import (API_ATTEMPTS, API_TIMEOUT, SERVICE_ACCOUNT_TOKEN, TimedApi,  # noqa: F401
                                    current_namespace, kubernetes_api, with_retries)
 
@@ -54,9 +55,6 @@ WORKFLOW_VERBS = ("get",)
 # A tuning trial's JobSet and its pods: its trial id (and PRIORITY_LABEL: training.tune.priority_class).
 TRIAL_LABEL = "gpupipe/trial"
 
-# kind -> (group, version, plural, Kind)
-API = {"jobset": ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
-       "tfjob": ("kubeflow.org", "v1", "tfjobs", "TFJob")}
 
 
 class Launch(Strict):

@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from components.contracts import names
 from components.kinds import KINDS
+from components.kinds.base import find_statistics
 
 # The anomaly types explained here (tensorflow_metadata anomalies_pb2.AnomalyInfo.Type names).
 ABSENT = "FEATURE_TYPE_NOT_PRESENT"
@@ -16,15 +17,10 @@ UNSEEN = "ENUM_TYPE_UNEXPECTED_STRING_VALUES"
 EXAMPLES_SHOWN = 3  # unseen values quoted in a line
 
 
-def _features(statistics) -> Dict[str, object]:
-    dataset = statistics.datasets[0]
-    return {f.path.step[0] if f.path.step else f.name: f for f in dataset.features}
-
-
 def presence(statistics: Dict[str, object], split: str, feature: str) -> Tuple[int, int]:
     """(rows holding a value of `feature`, rows) in `split`, from its TFDV statistics."""
     dataset = statistics[split].datasets[0]
-    stats = _features(statistics[split]).get(feature)
+    stats = find_statistics(dataset, feature)
     if stats is None:
         return 0, int(dataset.num_examples)
     common = getattr(stats, stats.WhichOneof("stats")).common_stats if stats.WhichOneof("stats") else None
@@ -47,11 +43,10 @@ class Explainer:
     def column(self, feature: str) -> str:
         return self.columns.get(feature, feature)
 
-    def counts(self) -> Callable[[str], str]:
-        def say(feature: str) -> str:
-            return ", ".join(f"{split}: {p:,} of {n:,} rows" for split in names.SPLITS
-                             for p, n in [presence(self.statistics, split, feature)])
-        return say
+    def counts(self, feature: str) -> str:
+        """'train: 1 of 274 rows, eval: 0 of 70 rows': the rows holding a value, per split."""
+        return ", ".join(f"{split}: {p:,} of {n:,} rows" for split in names.SPLITS
+                         for p, n in [presence(self.statistics, split, feature)])
 
     def __call__(self, split: str, feature: str, reason) -> Optional[str]:
         from tensorflow_metadata.proto.v0 import anomalies_pb2
@@ -59,7 +54,7 @@ class Explainer:
         kind = anomalies_pb2.AnomalyInfo.Type.Name(reason.type)
         if kind == ABSENT:
             return (f"{split}: feature '{feature}' has no value in any {split} row (present in "
-                    f"{self.counts()(feature)}): remove '{self.column(feature)}' from {self.key(feature)}, or list it "
+                    f"{self.counts(feature)}): remove '{self.column(feature)}' from {self.key(feature)}, or list it "
                     "in validation.warn_only to train and evaluate with it imputed")
         if kind == UNSEEN:
             return self.unseen(split, feature)
@@ -68,14 +63,11 @@ class Explainer:
     def unseen(self, split: str, feature: str) -> Optional[str]:
         import tensorflow_data_validation as tfdv
 
-        stats = _features(self.statistics[split]).get(feature)
+        stats = find_statistics(self.statistics[split].datasets[0], feature)
         if stats is None:
             return None
         domain = set(tfdv.get_domain(self.schema, feature).value)
-        s = stats.string_stats
-        buckets = [(b.label, int(b.sample_count)) for b in s.rank_histogram.buckets] or \
-                  [(v.value, int(v.frequency)) for v in s.top_values]
-        total = int(s.common_stats.tot_num_values or s.common_stats.num_non_missing)
+        total, buckets = _string_counts(stats)
         unseen = [(value, count) for value, count in buckets if value not in domain]
         rows = sum(count for _, count in unseen) or total - sum(c for v, c in buckets if v in domain)
         if not total or not rows:
@@ -105,7 +97,7 @@ def sparse_warnings(statistics: Dict[str, object], kinds: Dict[str, str], column
     for feature in kinds:
         present, rows = presence(statistics, names.TRAIN_SPLIT, feature)
         if rows and present / rows < min_presence:
-            lines.append(f"feature '{feature}' is almost empty: a value in {explainer.counts()(feature)}; the model "
+            lines.append(f"feature '{feature}' is almost empty: a value in {explainer.counts(feature)}; the model "
                          f"learns little from it (remove '{explainer.column(feature)}' from {explainer.key(feature)}, "
                          f"or set validation.min_feature_presence to 0 to silence this)")
     return lines
@@ -119,14 +111,21 @@ def unseen_tolerance(schema, feature_name: str) -> float:
     return 0.0
 
 
-def _in_domain_counts(feature_stats, domain: set) -> tuple:
-    """(values in all, values in `domain`) of a string feature, from TFDV's rank histogram
-    (or its top values): what TFDV's min_domain_mass check counts."""
+def _string_counts(feature_stats) -> Tuple[int, List[Tuple[str, int]]]:
+    """(values in all, [(value, count)]) of a string feature, from TFDV's rank histogram (or
+    its top values)."""
     s = feature_stats.string_stats
     total = s.common_stats.tot_num_values or s.common_stats.num_non_missing
-    buckets = [(b.label, b.sample_count) for b in s.rank_histogram.buckets] or \
-              [(v.value, v.frequency) for v in s.top_values]
-    return int(total), int(sum(count for value, count in buckets if value in domain))
+    buckets = [(b.label, int(b.sample_count)) for b in s.rank_histogram.buckets] or \
+              [(v.value, int(v.frequency)) for v in s.top_values]
+    return int(total), buckets
+
+
+def _in_domain_counts(feature_stats, domain: set) -> tuple:
+    """(values in all, values in `domain`) of a string feature: what TFDV's min_domain_mass
+    check counts."""
+    total, buckets = _string_counts(feature_stats)
+    return total, sum(count for value, count in buckets if value in domain)
 
 
 def tolerated_unseen(statistics: Dict[str, object], schema, label: str, problems: List[str]) -> List[str]:

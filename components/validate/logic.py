@@ -126,10 +126,9 @@ def describe_anomalies(split: str, anomalies, drift: bool = False, explain=None)
     lines = []
     for feature_name, info in sorted(anomalies.anomaly_info.items()):
         reasons = [r for r in info.reason if _is_drift(r) == drift]
-        own = [line for r in reasons if explain and (line := explain(split, feature_name, r))]
-        if own:
-            lines += own
-            reasons = [r for r in reasons if not explain(split, feature_name, r)]
+        explained = [(r, explain(split, feature_name, r) if explain else None) for r in reasons]
+        lines += [line for _, line in explained if line]
+        reasons = [r for r, line in explained if not line]
         if reasons:
             text = "; ".join(r.description or r.short_description for r in reasons)
             lines.append(f"{split}: feature '{feature_name}': {text}")
