@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
+from components.contracts import storage
+
 RUN_FILE = "gpupipe-run.json"  # in each run's folder: its config and parameters (gpupipe resume)
 LOG_FILE = "run.log"
 SUMMARY_FILE = "summary.txt"  # the summary `gpupipe run` printed, as it printed it
@@ -31,19 +33,6 @@ SUMMARY_FILE = "summary.txt"  # the summary `gpupipe run` printed, as it printed
 
 def last_log(pipeline_root: Path, pipeline: str) -> Path:
     return pipeline_root / f"{pipeline}-last.log"
-
-
-def write_whole(path: Path, text: str) -> None:
-    """`path` holds the old text or the new one, never part of it."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
 
 
 def point_last_log(pipeline_root: Path, pipeline: str, log: Path) -> None:
@@ -67,7 +56,7 @@ def read_record(run_dir: Path) -> Optional[dict]:
 
 
 def write_record(run_dir: Path, record: dict) -> None:
-    write_whole(run_dir / RUN_FILE, json.dumps(record, indent=2))
+    storage.write_text(str(run_dir / RUN_FILE), json.dumps(record, indent=2))  # whole: temporary, then os.replace
 
 
 class RunFolder:
@@ -116,4 +105,4 @@ class RunFolder:
             self.keep_log()
             return
         write_record(self.path, {**self.record, "status": status, **fields})
-        write_whole(self.path / SUMMARY_FILE, summary + "\n")
+        storage.write_text(str(self.path / SUMMARY_FILE), summary + "\n")

@@ -75,10 +75,16 @@ class LocalBackend(Backend):
             return None, ABSENT
 
     def _replace(self, uri: str, data: bytes) -> None:
+        """`uri` holds the old bytes or the new ones, never part of them (no temporary left behind)."""
         tmp = os.path.join(os.path.dirname(uri), f".{os.path.basename(uri)}.tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, uri)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, uri)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     def write(self, uri: str, data: bytes, if_match: object = ANY) -> None:
         directory = os.path.dirname(os.path.abspath(uri))
