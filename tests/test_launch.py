@@ -185,14 +185,11 @@ def test_sigterm_to_the_launcher_outside_a_kfp_run_deletes_the_job_and_exits_143
     script = ("import sys\nfrom components.train.launch import Launch, run_training_job\n"
               f"run_training_job(Launch.from_json(sys.argv[1]), {COMMAND!r}, poll_seconds=0.05)\n")
     with kubernetes_api([RUNNING]) as (url, cluster):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fixture",
-            "clusters": [{"name": "fixture", "cluster": {"server": url}}],
-            "contexts": [{"name": "fixture", "context": {"cluster": "fixture", "user": "u"}}],
-            "users": [{"name": "u", "user": {"token": "t"}}]}))
+        from tests.fixtures.http import write_kubeconfig
+
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
         proc = subprocess.Popen([sys.executable, "-c", script, launch.model_dump_json()], cwd=tmp_path,
-                                env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=subprocess.PIPE,
+                                env={**os.environ, "KUBECONFIG": kubeconfig}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 60
         while not any(m == "GET" for m, _ in list(cluster.requests)) and time.monotonic() < deadline:

@@ -10,7 +10,6 @@ runs on these machines.
 - A worker that exits 2 (a config or data error) runs once.
 - The compiled train task of a launcher has no KFP retry (Argo would not retry a deleted pod,
   and the SDK's 3600 s cap would kill a retried one)."""
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import yaml
 from components.contracts.errors import GpupipeError
 from components.train import follow, kube
 from components.train.launch import WORKFLOW_ENV, Launch, job_manifest, run_training_job
+from tests.fixtures.http import write_kubeconfig
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,23 +52,13 @@ def workflow(name: str, **spec) -> dict:
             "spec": {"entrypoint": "entrypoint", **spec}, "status": {"phase": "Running"}}
 
 
-def kubeconfig(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fixture",
-        "clusters": [{"name": "fixture", "cluster": {"server": url}}],
-        "contexts": [{"name": "fixture", "context": {"cluster": "fixture", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
-    return str(path)
-
-
 def sigterm_the_launcher(tmp_path, ctr_config, cluster, url, run: str) -> subprocess.CompletedProcess:
     """The train task's launcher in its own process (as the task runs it), in run `run`'s
     Workflow; SIGTERM once it follows its JobSet."""
     script = ("import sys\nfrom components.train.launch import Launch, run_training_job\n"
               f"run_training_job(Launch.from_json(sys.argv[1]), {COMMAND!r}, poll_seconds=0.05)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, launch_argument_json(ctr_config)], cwd=tmp_path,
-                            env={**os.environ, "KUBECONFIG": kubeconfig(tmp_path, url), WORKFLOW_ENV: run},
+                            env={**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path / "kubeconfig", url), WORKFLOW_ENV: run},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while not any(m == "GET" and "/jobsets/" in p for m, p in list(cluster.requests)) and time.monotonic() < deadline:
