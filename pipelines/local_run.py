@@ -248,7 +248,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     returns the summary. Raises GpupipeError for input problems found before the run.
     `warm` (default: unless GPUPIPE_WARM_START=0): tasks start as forks of a process that
     has imported their libraries (pipelines/warm.py), the same command in a warm process.
-    `cache`: ingest, validate, train and evaluate reuse the outputs of an earlier run with the
+    `cache`: the steps the registry marks `cached` reuse the outputs of an earlier run with the
     same inputs, as KFP's cache does on the cluster (pipelines/task_cache.py); False reuses
     nothing (what runs is still stored). `console`: where progress goes (default: sys.stderr
     as it is at the call, not at import, so an in-process caller that swaps it is safe).

@@ -2,8 +2,8 @@
 
 On the cluster KFP reuses a cached task's outputs when its cache key matches: the
 component (image, command, arguments), its parameters and its input artifacts. The compiled
-pipeline caches the steps whose registry entry says `cached` (pipelines/steps.py: ingest
-and validate, keyed by the fingerprint task's outputs, train and evaluate). kfp.local
+pipeline caches the steps whose registry entry says `cached` (pipelines/steps.py; the ones
+that read the data are keyed by the fingerprint task's outputs). kfp.local
 ignores caching, so a local run does the same here: before kfp.local starts one of those
 tasks, the key is computed from the task's executor input (its parameters, and the
 content of each input artifact), the component's

@@ -157,35 +157,63 @@ def test_an_entry_that_cannot_be_built_is_refused_in_one_line():
 
 
 # -- no other list of the steps -----------------------------------------------------------------
+def _docstrings(tree: ast.AST) -> set:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
 def step_name_literals(root: Path, names) -> dict:
-    """file -> the step names it holds as string constants, for each .py file under components/
-    and pipelines/ (but the registry) holding four or more."""
+    """file -> the step names it lists, for each .py file under components/ and pipelines/ (but
+    the registry) that holds four or more of them as string constants, or one string (a help
+    text, a message; f-strings' literal parts too, docstrings' prose not) naming four or more."""
     found = {}
-    for path in sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")]):
+    files = sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")])
+    assert files, f"no .py file under {root}/components or {root}/pipelines: the check would scan nothing"
+    for path in files:
         rel = path.relative_to(root).as_posix()
         if rel == "pipelines/steps.py":
             continue
-        held = {node.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-                if isinstance(node, ast.Constant) and node.value in names}
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = _docstrings(tree)
+        strings = [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        held = {node.value for node in strings if node.value in names}
+        if len(held) < 4:  # no four constants: a string naming four?
+            texts = [node.value for node in strings if id(node) not in docstrings] + [
+                " ".join(part.value for part in node.values if isinstance(part, ast.Constant))
+                for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)]  # an f-string's literal parts, whole
+            held = max(({word for word in re.findall(r"\w+", text) if word in names} for text in texts),
+                       key=len, default=set())
         if len(held) >= 4:
             found[rel] = sorted(held)
     return found
 
 
+def _all_step_names() -> set:
+    return {*steps.names(), steps.EXIT_HANDLER.name}
+
+
 @pytest.mark.unit
 def test_no_file_but_the_registry_lists_the_steps():
-    assert step_name_literals(ROOT, set(steps.names())) == {}
+    assert step_name_literals(ROOT, _all_step_names()) == {}
 
 
 @pytest.mark.unit
 def test_the_list_check_finds_a_list_of_steps(tmp_path):
-    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "cli").mkdir(parents=True)
     (tmp_path / "components" / "push").mkdir(parents=True)
     (tmp_path / "pipelines" / "steps.py").write_text('STEPS = ("ingest", "validate", "train", "push")\n')
     (tmp_path / "pipelines" / "order.py").write_text('ORDER = ("ingest", "validate", "train", "evaluate")\n')
-    (tmp_path / "components" / "push" / "logic.py").write_text('SPLITS = ("train", "eval")\nA = "push"\n')
-    assert step_name_literals(tmp_path, set(steps.names())) == {
+    (tmp_path / "pipelines" / "cli" / "run.py").write_text(
+        'HELP = f"default: ingest, validate, train and {x} evaluate reuse"\n')
+    (tmp_path / "components" / "push" / "logic.py").write_text(
+        '"""push reads what ingest, validate, train and evaluate wrote (prose)."""\n'
+        'SPLITS = ("train", "eval")\nA = "push"\nB = "the report of notify"\n')
+    assert step_name_literals(tmp_path, _all_step_names()) == {
+        "pipelines/cli/run.py": ["evaluate", "ingest", "train", "validate"],
         "pipelines/order.py": ["evaluate", "ingest", "train", "validate"]}
+    with pytest.raises(AssertionError, match="would scan nothing"):
+        step_name_literals(tmp_path / "elsewhere", _all_step_names())
 
 
 # -- the architecture page says what is so ------------------------------------------------------

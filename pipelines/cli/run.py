@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines import steps
 from pipelines.config import load_config
 
 
@@ -56,9 +57,10 @@ def add_commands(sub) -> None:
     p.add_argument("--cold", action="store_true", help="start every task in a new Python, as a pod does (default: "
                                                        "tasks fork from one process that imported their libraries; "
                                                        "GPUPIPE_WARM_START=0 does the same)")
+    cached = [step.name for step in steps.registered() if step.cached]  # the registry's, never a copy
     p.add_argument("--no-cache", action="store_true", help="run every step, reusing no earlier run's outputs "
-                                                           "(default: ingest, validate, train and evaluate reuse those "
-                                                           "of a run with the same inputs, as KFP's cache does)")
+                                                           f"(default: {', '.join(cached[:-1])} and {cached[-1]} reuse "
+                                                           "those of a run with the same inputs, as KFP's cache does)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("resume", help="run a local run again with its own config and parameters: what finished is "
