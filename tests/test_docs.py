@@ -93,3 +93,50 @@ def test_the_readme_is_a_landing_page_whose_links_resolve():
     for link in links:
         if "://" not in link:
             assert (ROOT / link).exists(), link
+
+
+# -- a figure is stated once ---------------------------------------------------------------------
+# A size (kB, MB, GB), a latency (ms), a decimal ratio (11.4x) or the suite's count and time: each
+# is stated on one page of README.md and docs/ (the measurement's own, with its command), and the
+# others link to it. The same figure meaning two different things on two pages is listed here, why.
+FIGURE = re.compile(r"(?<![\w.,-])\d[\d,]*(?:\.\d+)? ?(?:[kKMG]i?B|ms)\b|(?<![\w.,-])\d+\.\d+x\b|\b\d[\d,]* tests in\b")
+SAME_FIGURE_TWO_MEANINGS = {"600kB": "storage.md: the fault test's largest file; benchmarks.md: one decoded image"}
+
+
+def figures_on_two_pages(root: Path) -> dict:
+    """figure -> the pages stating it, for each figure stated on two or more."""
+    pages = {}
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for figure in FIGURE.findall(page.read_text(encoding="utf-8")):
+            figure = re.sub(r"(\d) (?=[kKMG]|ms)", r"\1", figure)  # 3.47 MB and 3.47MB are one figure
+            pages.setdefault(figure, set()).add(page.relative_to(root).as_posix())
+    return {figure: sorted(where) for figure, where in pages.items()
+            if len(where) > 1 and figure not in SAME_FIGURE_TWO_MEANINGS}
+
+
+@pytest.mark.unit
+def test_no_figure_is_stated_on_two_pages():
+    assert figures_on_two_pages(ROOT) == {}
+
+
+@pytest.mark.unit
+def test_the_suite_time_is_stated_once_in_the_readme():
+    """docs/testing.md#time says how it was measured and points at the README for the figure."""
+    stated = {page.relative_to(ROOT).as_posix(): re.findall(r"\b\d[\d,]* tests in [^(;]+", page.read_text())
+              for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    assert {page: found for page, found in stated.items() if found} == {
+        "README.md": [stated["README.md"][0]]}, stated["README.md"]
+    assert "README" in (ROOT / "docs" / "testing.md").read_text().split("## Time", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.unit
+def test_the_figure_check_finds_a_figure_on_two_pages(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("The suite: 885 tests in 3 min 34 s. int8 is 3.47 MB.\n")
+    (tmp_path / "docs" / "testing.md").write_text("**885 tests in 3 min 34 s**; a call takes 2.40 ms.\n")
+    (tmp_path / "docs" / "serving.md").write_text("3.47 MB against 39.59 MB (11.4x), 2.40 ms; 600 kB.\n")
+    (tmp_path / "docs" / "benchmarks.md").write_text("| int8 | 3.47 | 11.4x smaller | 600 kB |\n")
+    assert figures_on_two_pages(tmp_path) == {"11.4x": ["docs/benchmarks.md", "docs/serving.md"],
+                                              "2.40ms": ["docs/serving.md", "docs/testing.md"],
+                                              "3.47MB": ["README.md", "docs/serving.md"],
+                                              "885 tests in": ["README.md", "docs/testing.md"]}

@@ -135,7 +135,8 @@ class TrainSettings(Strict):
                              "windows; lr_schedule steps and optimizer_steps count applied updates)")
     optimizer: Literal["adam", "adagrad", "ftrl", "sgd"] = Field(
         "adam", description="adagrad/ftrl update only the embedding rows a batch touches; Adam's moments make "
-                            "every step touch every row (measured 3.3x slower on the click-through model)")
+                            "every step touch every row (slower on the click-through model: docs/benchmarks.md, "
+                            "Training input)")
     scale_learning_rate: bool = Field(False, description="multiply the learning rate by the number of replicas")
     shuffle_buffer: int = Field(10_000, ge=1)
     cache_budget_mb: int = Field(
