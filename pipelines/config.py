@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from components.contracts.errors import GpupipeError
 from components.contracts.pods import Toleration
 from components.contracts.settings import StorageSettings, Strict, check_secret_name
+from components.contracts.storage import schemes
 from components.evaluate.settings import EvaluationSettings
 from components.ingest.settings import DataSettings
 from components.kinds import KINDS
@@ -110,10 +111,10 @@ class ClusterConfig(Strict):
 
     image_pull_secrets: List[str] = Field(default_factory=list, description="Secrets for pulling the images")
     data_source: Optional[str] = Field(
-        None, description="the data source on the cluster, a URI every pod can read (gs:// or s3://); the compiled "
+        None, description=f"the data source on the cluster, a URI every pod can read ({schemes.named()}); the compiled "
                           "pipeline's default (data.source stays the local run's)")
     serving_base: Optional[str] = Field(
-        None, description="the serving base on the cluster (gs:// or s3://); the compiled pipeline's default "
+        None, description=f"the serving base on the cluster ({schemes.named()}); the compiled pipeline's default "
                           "(serving.base stays the local run's)")
     service_account: Optional[str] = Field(
         None, description="service account of the multi-worker training pods (the run's own for the KFP tasks)")

@@ -109,21 +109,45 @@ def test_the_scheme_check_fails_on_a_deliberate_branch(tmp_path, line):
 LISTED_SCHEMES = (*SCHEMES, "pvc://")
 
 
+def _docstrings(tree: ast.AST) -> set:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
 def scheme_lists(root: Path) -> list:
-    """One line per tuple, list or set literal outside the storage layer that holds two or
-    more URI schemes: the schemes are declared once (components/contracts/storage/schemes.py)."""
+    """One line per tuple, list or set literal, and per string (a help text, a description, an
+    error's fix; an f-string's literal parts read whole; docstrings' prose not), outside the
+    storage layer that names two or more URI schemes: the schemes are declared once
+    (components/contracts/storage/schemes.py; schemes.named() words them)."""
     found = []
-    for path in sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")]):
+    files = sorted([*(root / "components").rglob("*.py"), *(root / "pipelines").rglob("*.py")])
+    assert files, f"no .py file under {root}/components or {root}/pipelines: the check would scan nothing"
+    for path in files:
         rel = path.relative_to(root)
         if rel.parts[1:3] == STORAGE_LAYER or path.name.startswith("test_"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        docstrings, in_fstrings = _docstrings(tree), set()
+        for node in ast.walk(tree):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
                 named = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
                          and e.value.startswith(LISTED_SCHEMES)]
                 if len(named) >= 2:
                     found.append(f"{rel}:{node.lineno} lists the schemes {', '.join(named)} (derive them from "
                                  "components.contracts.storage.schemes)")
+            text = None
+            if isinstance(node, ast.JoinedStr):
+                parts = [part for part in node.values if isinstance(part, ast.Constant)]
+                in_fstrings |= {id(part) for part in parts}
+                text = " ".join(part.value for part in parts)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and id(node) not in in_fstrings:
+                text = node.value
+            named = [scheme for scheme in LISTED_SCHEMES if text and scheme in text]
+            if len(named) >= 2:
+                found.append(f"{rel}:{node.lineno} names the schemes {', '.join(named)} in a string (word them "
+                             "with components.contracts.storage.schemes.named)")
     return found
 
 
@@ -136,8 +160,18 @@ def test_the_scheme_list_check_fails_on_a_deliberate_list(tmp_path):
     (tmp_path / "pipelines" / "manifests" / "serve.py").write_text('OK = ("gs://",)\nBAD = ["s3://", "gs://"]\n')
     (tmp_path / "components" / "contracts" / "storage").mkdir(parents=True)
     (tmp_path / "components" / "contracts" / "storage" / "schemes.py").write_text('ALL = ("gs://", "s3://")\n')
-    assert scheme_lists(tmp_path) == ["pipelines/manifests/serve.py:2 lists the schemes s3://, gs:// (derive them "
-                                      "from components.contracts.storage.schemes)"]
+    (tmp_path / "pipelines" / "cli.py").write_text(
+        '"""Reads gs:// or s3:// (prose)."""\nHELP = "a path, gs:// or s3:// URI"\n'
+        'FIX = f"put {x} on gs://BUCKET/PATH or " "s3://BUCKET/PATH"\nONE = f"{x} on gs://"\n')
+    assert scheme_lists(tmp_path) == [
+        "pipelines/cli.py:2 names the schemes gs://, s3:// in a string (word them with "
+        "components.contracts.storage.schemes.named)",
+        "pipelines/cli.py:3 names the schemes gs://, s3:// in a string (word them with "
+        "components.contracts.storage.schemes.named)",
+        "pipelines/manifests/serve.py:2 lists the schemes s3://, gs:// (derive them "
+        "from components.contracts.storage.schemes)"]
+    with pytest.raises(AssertionError, match="would scan nothing"):
+        scheme_lists(tmp_path / "elsewhere")
 
 
 def test_steps_stand_side_by_side_on_shared_contracts():

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from components.contracts.storage import retry, s3
+from components.contracts.storage import retry, s3, schemes
 
 S = TypeVar("S", bound="Strict")
 # What a feature may be called as written: it names the SavedModel's inputs, which
@@ -219,7 +219,7 @@ class RetrySettings(Strict):
     attempts: int = Field(retry.DEFAULT_ATTEMPTS, ge=1, le=20,
                           description="tries per request, the first included (1: no retry)")
     deadline_seconds: float = Field(retry.DEFAULT_DEADLINE, gt=0, le=3600,
-                                    description="all tries of one storage operation (gs://, s3://) within this "
+                                    description=f"all tries of one storage operation ({schemes.named()}) within this "
                                                 "time: a retry starts only if it can end in time")
     connect_timeout_seconds: float = Field(retry.DEFAULT_CONNECT_TIMEOUT, gt=0, le=600,
                                            description="each try: to open the connection")

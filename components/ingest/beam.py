@@ -32,7 +32,7 @@ from components.contracts import names
 from components.contracts.compat.beam import TFRecordSink
 from components.contracts.errors import GpupipeError
 from components.contracts.examples import examples_pattern, manifest_path
-from components.contracts.storage import is_remote
+from components.contracts.storage import is_remote, schemes
 from components.ingest.settings import DataSettings
 from components.ingest.tables import (GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch,
                                       statistics_options, time_cutoff)
@@ -173,7 +173,7 @@ def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str
     local = [f.uri for f in files if f.format != "synthetic" and not is_remote(f.uri)]
     if runner not in _LOCAL_RUNNERS and local:
         raise GpupipeError(f"data.source: {local[0]} is on this task's disk, which the workers of --runner={runner} "
-                           "cannot read; put the data on gs:// or s3:// (or run on the DirectRunner)")
+                           f"cannot read; put the data on {schemes.named()} (or run on the DirectRunner)")
 
 
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:

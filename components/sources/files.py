@@ -102,7 +102,7 @@ def resolve(source: str, declared_format: str = "auto", key: str = "data.source"
     files = [SourceFile(e.uri, e.size, "", e.stamp) for e in entries if not _hidden(e.uri)]
     if not files:
         raise GpupipeError(f"{key}: {source} {what}; fix {key} (a file, directory, glob or "
-                           "gs:// or s3://bucket/prefix)")
+                           f"{storage.schemes.named(path='bucket/prefix')})")
     for f in files:
         f.format = detect_format(f.uri, declared_format)
     formats = {f.format for f in files}

@@ -6,6 +6,7 @@ import sys
 
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 from components.contracts.errors import CONFIG_ERROR_EXIT, GpupipeError, reports_errors
+from components.contracts.storage import schemes
 from components.kinds import Columns
 from components.train.launch import tf_config_from_env
 from components.train.logic import run_train
@@ -15,7 +16,7 @@ from components.train.settings import TrainSettings
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m components.train", description=__doc__.splitlines()[0])
-    p.add_argument("--examples", required=True, help="ingest output (local path, gs:// or s3://)")
+    p.add_argument("--examples", required=True, help=f"ingest output (local path, {schemes.named()})")
     p.add_argument("--statistics", required=True, help="validate's statistics output")
     p.add_argument("--model-dir", required=True, help="where the chief writes the SavedModel")
     p.add_argument("--columns", required=True, help="the label and features (Columns as JSON)")

@@ -6,6 +6,7 @@ from typing import Optional
 from pydantic import Field, model_validator
 
 from components.contracts.settings import Strict
+from components.contracts.storage import schemes
 
 
 class VisionSettings(Strict):
@@ -13,7 +14,7 @@ class VisionSettings(Strict):
     its starting weights, fine-tuning, and the sizes of the small cnn and the vit."""
 
     weights: Optional[str] = Field(
-        None, description="a weights file for the backbone (a local path, gs:// or s3://), e.g. Keras' "
+        None, description=f"a weights file for the backbone (a local path, {schemes.named()}), e.g. Keras' "
                           "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5; unset: no weights (trained from "
                           "scratch). Never downloaded at run time")
     fine_tune_after: int = Field(

@@ -10,6 +10,7 @@ import sys
 from typing import List, Optional
 
 from components.contracts.errors import GpupipeError
+from components.contracts.storage import schemes
 from pipelines.config import load_config
 
 KINDS = ("kserve", "tfserving", "rbac", "tenant")
@@ -115,7 +116,8 @@ def add_commands(sub) -> None:
     p = kinds.add_parser("kserve", help="a KServe InferenceService serving the released version (an s3:// base: and "
                                         "its ServiceAccount, with the Secret's annotations on stderr)")
     p.add_argument("config")
-    p.add_argument("--serving-base", metavar="URI", help="override serving.base (a gs://, s3:// or pvc:// URI)")
+    p.add_argument("--serving-base", metavar="URI",
+                   help=f"override serving.base (a {schemes.named(schemes.served_by('kserve'))} URI)")
     p.add_argument("--version", type=int, metavar="N",
                    help="the stable version to serve (default: the serving base's stable version)")
     p.add_argument("--canary", type=int, metavar="N", help="with --version: the canary version (default: none)")
@@ -123,13 +125,15 @@ def add_commands(sub) -> None:
                    help="KServe without Knative (deploymentMode RawDeployment, HPA on cpu or memory, no canary split)")
     p.add_argument("--restricted", action="store_true",
                    help="for a namespace enforcing Pod Security restricted: also a ClusterStorageContainer whose "
-                        "storage-initializer (KServe's init container that pulls the model) passes it (gs:// or s3://)")
+                        "storage-initializer (KServe's init container that pulls the model) passes it "
+                        f"({schemes.named(schemes.downloaded_by('kserve'))})")
     p.set_defaults(func=cmd_kserve)
 
     p = kinds.add_parser("tfserving", help="a TF Serving ConfigMap, Deployment, Service (and HPA) reading "
                                            "<serving base>/models.config")
     p.add_argument("config")
-    p.add_argument("--serving-base", metavar="URI", help="override serving.base (a gs:// or s3:// URI)")
+    p.add_argument("--serving-base", metavar="URI",
+                   help=f"override serving.base (a {schemes.named(schemes.served_by('tfserving'))} URI)")
     p.set_defaults(func=cmd_tfserving)
 
     p = kinds.add_parser("rbac", help="the Role and RoleBinding the train task needs to launch multi-worker jobs")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from components.contracts.storage import schemes
 from pipelines.config import load_config
 
 
@@ -26,7 +27,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("predict", help="score a table with a served version: one prediction per row, in order, with "
                                        "the key column (CSV or JSON lines)")
     p.add_argument("config")
-    p.add_argument("--data", required=True, help="the table: a path, directory, glob, gs:// or s3:// URI")
+    p.add_argument("--data", required=True, help=f"the table: a path, directory, glob, {schemes.named()} URI")
     p.add_argument("--output", required=True, help="where the predictions go: a .csv or .jsonl path or URI")
     p.add_argument("--version", default="stable", help="stable (default: what serving serves) or a version number")
     p.add_argument("--serving-base", help="override serving.base")

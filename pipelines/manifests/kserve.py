@@ -19,8 +19,10 @@ KSERVE_ANNOTATIONS = "serving.kserve.io/"  # KServe's annotations on the S3 Secr
 
 def kserve_base(config: PipelineConfig, serving_base: str = "") -> str:
     """The serving base KServe's storage initializer reads (a URI, not a local path)."""
-    return served_base(config, serving_base, schemes.served_by("kserve"),
-                        "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (or pvc://)")
+    served, downloaded = schemes.served_by("kserve"), schemes.downloaded_by("kserve")
+    mounted = tuple(p for p in served if p not in downloaded)  # pvc://: KServe mounts it
+    return served_base(config, serving_base, served,
+                       f"pass --serving-base {schemes.examples(downloaded)} (or {schemes.named(mounted)})")
 
 
 # KServe's autoscaling rule (kserve/kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go,

@@ -43,12 +43,13 @@ def storage_container_base(config: PipelineConfig, serving_base: str = "") -> st
     not served by KServe; a pvc:// base KServe v0.15.2 mounts into the model container itself
     (inferenceservice-config's enableDirectPvcVolumeMount, on by default), with no init container."""
     base = (serving_base or config.serving.base).rstrip("/")
+    downloaded = schemes.downloaded_by("kserve")
     if base.startswith("pvc://"):
         raise GpupipeError(f"manifest kserve --restricted: serving base {base} is a PVC, which KServe mounts into the "
-                           "predictor with no storage-initializer to secure; drop --restricted, or serve from gs:// or "
-                           "s3:// (--serving-base)")
-    return served_base(config, serving_base, schemes.downloaded_by("kserve"),
-                       "KServe serves no local path: pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH")
+                           "predictor with no storage-initializer to secure; drop --restricted, or serve from "
+                           f"{schemes.named(downloaded)} (--serving-base)")
+    return served_base(config, serving_base, downloaded,
+                       f"KServe serves no local path: pass --serving-base {schemes.examples(downloaded)}")
 
 
 def storage_container_prefix(config: PipelineConfig, base: str) -> str:

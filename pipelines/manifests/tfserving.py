@@ -73,8 +73,8 @@ def tf_serving_manifests(config: PipelineConfig, serving_base: str = "") -> list
     min_replicas, a HorizontalPodAutoscaler."""
     srv, cluster = config.serving, config.cluster
     base = served_base(config, serving_base, schemes.served_by("tfserving"),
-                        "pass --serving-base gs://BUCKET/PATH or s3://BUCKET/PATH (TF Serving reads models.config and "
-                        "the versions from it)")
+                       f"pass --serving-base {schemes.examples(schemes.served_by('tfserving'))} (TF Serving reads "
+                       "models.config and the versions from it)")
     scaling = srv.autoscaling
     replicas = fixed_replicas(config, "the TF Serving Deployment") if srv.resources.gpus else None
     if replicas is None and scaling.metric not in ("cpu", "memory"):

@@ -53,6 +53,13 @@ def of(uri: str) -> "Scheme | None":
     return next((s for s in SCHEMES if uri.startswith(s.prefix)), None)
 
 
+def named(prefixes: Tuple[str, ...] = SHARED, path: str = "") -> str:
+    """'gs:// or s3://' ('gs://, s3:// or pvc://'; each followed by `path`), for a help text or
+    a fix: what names the schemes outside this package reads them from here."""
+    listed = [p + path for p in prefixes]
+    return " or ".join(listed) if len(listed) < 3 else ", ".join(listed[:-1]) + " or " + listed[-1]
+
+
 def examples(prefixes: Tuple[str, ...] = SHARED) -> str:
     """'gs://BUCKET/PATH or s3://BUCKET/PATH', for a fix in an error line."""
-    return " or ".join(f"{p}BUCKET/PATH" for p in prefixes)
+    return named(prefixes, "BUCKET/PATH")
