@@ -19,7 +19,8 @@ OPTIONS = {
     "kserve": {"--serving-base", "--version", "--canary", "--raw-deployment", "--restricted"},
     "tfserving": {"--serving-base"},
     "rbac": {"--namespace", "--service-account"},
-    "tenant": {"--team", "--gpu-quota", "--spot-gpu-quota", "--borrowing-limit", "--cohort", "--service-account"},
+    "tenant": {"--team", "--gpu-quota", "--spot-gpu-quota", "--borrowing-limit", "--cohort", "--service-account",
+               "--kueue-api"},
 }
 
 
@@ -181,5 +182,11 @@ def test_manifest_tenant_makes_the_teams_namespace_and_queues(capsys):
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     by_kind = {d["kind"]: d for d in docs}
     assert by_kind["Namespace"]["metadata"]["name"] == "team-a"
-    assert by_kind["ClusterQueue"]["spec"]["cohort"] == "gpupipe-pool"
+    assert by_kind["ClusterQueue"]["spec"]["cohortName"] == "gpupipe-pool"
+    assert {d["apiVersion"] for d in docs if "kueue" in d["apiVersion"]} == {"kueue.x-k8s.io/v1beta2"}
+    assert main(["manifest", "tenant", "configs/ctr.yaml", "--team", "team-a", "--gpu-quota", "4",
+                 "--kueue-api", "v1beta1"]) == 0  # for a Kueue before v0.15
+    old = {d["kind"]: d for d in yaml.safe_load_all(capsys.readouterr().out)}
+    assert old["ClusterQueue"]["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert old["ClusterQueue"]["spec"]["cohort"] == "gpupipe-pool"
     assert by_kind["LocalQueue"]["metadata"]["namespace"] == "team-a"

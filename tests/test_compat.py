@@ -81,6 +81,8 @@ def test_the_kfp_client_timeout_hook_is_still_there():
             client._recurring_run_api, client._healthz_api]
     assert {id(api.api_client.rest_client) for api in apis} == {id(client._run_api.api_client.rest_client)}
     assert client._run_api.api_client.rest_client.pool_manager.connection_pool_kw["retries"].total == 2
+    run_api = compat.kfp.kfp_run_api(client)  # the Retry call and the ApiClient pipelines/remote/recover.py uses
+    assert callable(run_api.run_service_retry_run) and callable(run_api.api_client.call_api)
 
 
 def test_the_autograph_rules_hook_is_still_there():

@@ -175,6 +175,27 @@ def test_a_local_queue_without_its_cluster_queue_is_one_error(capsys, config, kf
         f"from it: gpupipe manifest tenant {config} --team {NS} --gpu-quota N | kubectl apply -f - (docs/gpu-pool.md)"]
 
 
+@pytest.mark.parametrize("served, version", [(["v1beta2", "v1beta1"], "v1beta2"), (["v1beta1"], "v1beta1"),
+                                             (["v1beta2"], "v1beta2")],
+                         ids=["kueue-0.19", "kueue-before-0.15", "kueue-without-v1beta1"])
+def test_kueue_objects_are_read_in_v1beta2_where_it_is_served(capsys, config, kfp, cluster, served, version):
+    """API discovery of kueue.x-k8s.io/v1beta2 decides the version doctor reads the LocalQueue
+    and ClusterQueue in: v1beta2 on Kueue v0.19 (v1beta1 is deprecated there), v1beta1 on a
+    Kueue before v0.15; a Kueue that dropped v1beta1 still passes."""
+    url, state, kubeconfig = cluster
+    for definition in state.crds.values():
+        if definition["spec"]["group"] == "kueue.x-k8s.io":
+            for v in definition["spec"]["versions"]:
+                v["served"] = v["name"] in served
+    code, lines, _ = doctor(capsys, config, kfp.url, kubeconfig)
+    assert code == 0, lines
+    assert f"LocalQueue {NS}/gpus (cluster.queue), ClusterQueue {NS}" in "\n".join(lines)
+    kueue = [path for _, path, _ in state.requests if path.startswith("/apis/kueue.x-k8s.io/")]
+    assert f"/apis/kueue.x-k8s.io/{version}/namespaces/{NS}/localqueues/gpus" in kueue
+    assert f"/apis/kueue.x-k8s.io/{version}/clusterqueues/{NS}" in kueue
+    assert not [p for p in kueue if ("/localqueues/" in p or "/clusterqueues/" in p) and f"/{version}/" not in p]
+
+
 def test_no_kueue_is_one_error_and_no_queue_lookup(capsys, config, kfp, cluster):
     url, state, kubeconfig = cluster
     for name in ("workloads", "localqueues", "clusterqueues"):

@@ -11,7 +11,7 @@ from pipelines.cli import compile_to_text
 from pipelines.config import parse_config
 from pipelines.factory import launch_json
 from pipelines.manifests import tenant_manifests
-from tests.fixtures.k8s_schema import assert_valid
+from tests.fixtures.k8s_schema import assert_valid, validation_errors
 from tests.fixtures.configs import with_pods
 
 pytestmark = pytest.mark.compile
@@ -62,8 +62,12 @@ def test_a_multi_worker_run_queues_the_job_as_one_unit_not_its_pods_or_the_launc
     assert_valid(job)
 
 
-def test_a_teams_share_of_the_pool_validates_against_the_kueue_and_core_schemas(ctr_config):
-    docs = tenant_manifests(with_cluster(ctr_config), "team-a", gpu_quota=4, spot_gpu_quota=8, borrowing_limit=4)
+@pytest.mark.parametrize("api", ["v1beta2", "v1beta1"])
+def test_a_teams_share_of_the_pool_validates_against_the_kueue_and_core_schemas(ctr_config, api):
+    """Against Kueue v0.19.2's published schemas of either version (tests/fixtures/crds): the
+    one field gpupipe writes that v1beta2 renamed is the ClusterQueue's cohort (cohortName)."""
+    docs = tenant_manifests(with_cluster(ctr_config), "team-a", gpu_quota=4, spot_gpu_quota=8, borrowing_limit=4,
+                            kueue_api=api)
     kinds = [d["kind"] for d in docs]
     assert kinds == ["Namespace", "ResourceQuota", "LimitRange", "ResourceFlavor", "ResourceFlavor", "ClusterQueue",
                      "LocalQueue", "Role", "RoleBinding"]
@@ -77,7 +81,12 @@ def test_a_teams_share_of_the_pool_validates_against_the_kueue_and_core_schemas(
         {"name": "memory", "nominalQuota": "64G", "borrowingLimit": "64G"},
         {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 4}]
     assert spot["name"] == "gpupipe-spot" and spot["resources"][2]["nominalQuota"] == 8
-    assert queue["cohort"] == "gpupipe-pool" and queue["preemption"]["withinClusterQueue"] == "LowerPriority"
+    assert queue[{"v1beta2": "cohortName", "v1beta1": "cohort"}[api]] == "gpupipe-pool"
+    assert queue["preemption"]["withinClusterQueue"] == "LowerPriority"
+    assert {d["apiVersion"] for d in docs if "kueue" in d["apiVersion"]} == {f"kueue.x-k8s.io/{api}"}
+    other = {"v1beta2": "v1beta1", "v1beta1": "v1beta2"}[api]  # the other version's schema refuses the cohort field
+    moved = {**docs[kinds.index("ClusterQueue")], "apiVersion": f"kueue.x-k8s.io/{other}"}
+    assert any("cohort" in e and "not allowed" in e for e in validation_errors(moved))
     assert docs[kinds.index("LocalQueue")]["metadata"] == {
         "name": "gpus", "namespace": "team-a", "labels": {"app.kubernetes.io/managed-by": "gpupipe",
                                                           "gpupipe/tenant": "team-a"}}
@@ -90,7 +99,7 @@ def test_two_teams_share_one_cohort_and_the_flavors(ctr_config):
     a = tenant_manifests(ctr_config, "team-a", gpu_quota=4, borrowing_limit=4)
     b = tenant_manifests(ctr_config, "team-b", gpu_quota=2, borrowing_limit=6)
     queues = [next(d for d in docs if d["kind"] == "ClusterQueue") for docs in (a, b)]
-    assert {q["spec"]["cohort"] for q in queues} == {"gpupipe-pool"}
+    assert {q["spec"]["cohortName"] for q in queues} == {"gpupipe-pool"}
     flavors = [[d for d in docs if d["kind"] == "ResourceFlavor"] for docs in (a, b)]
     assert flavors[0] == flavors[1]  # cluster-scoped: the same objects, applied twice without change
 
@@ -121,7 +130,8 @@ KUEUE_WEBHOOK = "kubernetes-sigs/kueue v0.19.2, pkg/webhooks/clusterqueue_webhoo
 
 def cluster_queue_refusals(queue: dict) -> list:
     """What Kueue refuses in a ClusterQueue (KUEUE_WEBHOOK, ValidateClusterQueue ->
-    validateClusterQueueSpec, and the CEL rules of apis/kueue/v1beta1/clusterqueue_types.go):
+    validateClusterQueueSpec, and the CEL rules of apis/kueue/v1beta2/clusterqueue_types.go; a v1beta1
+    object is converted to v1beta2 first, its cohort becoming cohortName):
     - validateResourceGroups: each covered resource a valid label key (common.go
       validateResourceName), none covered twice, no flavor named twice across groups;
     - the ResourceGroup CEL rule: every flavor lists as many resources as coveredResources;
@@ -137,7 +147,7 @@ def cluster_queue_refusals(queue: dict) -> list:
     from components.contracts.pods import LABEL_KEY_RE
 
     spec, problems = queue["spec"], []
-    has_cohort = bool(spec.get("cohort"))
+    has_cohort = bool(spec.get("cohortName") or spec.get("cohort"))  # v1beta2, v1beta1 (converted to v1beta2)
     seen_resources, seen_flavors = set(), set()
     groups = spec.get("resourceGroups", [])
     for i, group in enumerate(groups):
@@ -196,7 +206,7 @@ def test_the_kueue_rule_refuses_what_its_webhook_refuses(ctr_config):
 
     (queue,) = [d for d in tenant_manifests(ctr_config, "team-a", 4, borrowing_limit=2) if d["kind"] == "ClusterQueue"]
     no_cohort = copy.deepcopy(queue)
-    del no_cohort["spec"]["cohort"]
+    del no_cohort["spec"]["cohortName"]
     assert "resourceGroups[0].flavors[gpupipe-on-demand].nvidia.com/gpu.borrowingLimit: must be nil when cohort is " \
            "empty" in cluster_queue_refusals(no_cohort)
     negative = copy.deepcopy(queue)

@@ -59,10 +59,13 @@ def finished(admitted_at: str, finished_at: str, cq: str = "team-a", outcome: st
 
 # ---------------------------------------------------------------- gpupipe queue
 
-def test_a_pending_workload_shows_its_position_and_kueues_quota_message(tmp_path, capsys, config):
+@pytest.mark.parametrize("served, version", [(["v1beta2", "v1beta1"], "v1beta2"), (["v1beta1"], "v1beta1")],
+                         ids=["kueue-0.19", "kueue-before-0.15"])
+def test_a_pending_workload_shows_its_position_and_kueues_quota_message(tmp_path, capsys, config, served, version):
     """Kueue's ClusterQueue team-a holds five pending workloads; ours is the fourth (index 3
     from 0) and the third of LocalQueue gpus (index 2): two others' are ahead of it there,
-    and one of LocalQueue batch."""
+    and one of LocalQueue batch. Read in v1beta2 where API discovery says it is served (its
+    priority class then in spec.priorityClassRef), else in v1beta1."""
     ours = workload("gpupipe-train-1a2b3c4d", "team-a", conditions=pending(), priority=100,
                     priority_class="nightly")
     other_job = dict(owner_kind="Job", pod_set="main", count=1, gpus_per_pod=1, conditions=pending())
@@ -70,6 +73,7 @@ def test_a_pending_workload_shows_its_position_and_kueues_quota_message(tmp_path
              workload("etl-1", "team-a", **other_job)]
     behind = workload("etl-2", "team-a", **other_job)
     with kueue_api() as (url, api):
+        api.served = served
         api.add(*ahead, ours, behind)
         api.queue("team-a", "gpus", "team-a", *ahead, ours, behind)
         api.queue("team-a", "batch", "team-a")
@@ -89,11 +93,14 @@ def test_a_pending_workload_shows_its_position_and_kueues_quota_message(tmp_path
     assert (row["state"], row["reason"], row["message"]) == ("pending", "Pending", QUOTA)
     assert row["owner"] == "JobSet/gpupipe-train-1a2b3c4d" and row["priority_class"] == "nightly"
     paths = [p for _, p in api.requests]
-    assert paths[0].startswith("/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads?")
-    assert any(p.startswith("/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads?") and "continue=" in p
+    discovered = ["/apis/kueue.x-k8s.io/v1beta2", *(["/apis/kueue.x-k8s.io/v1beta1"] if version == "v1beta1" else [])]
+    assert paths[:len(discovered)] == discovered  # API discovery, the newest version first
+    assert paths[len(discovered)].startswith(f"/apis/kueue.x-k8s.io/{version}/namespaces/team-a/workloads?")
+    assert any(p.startswith(f"/apis/kueue.x-k8s.io/{version}/namespaces/team-a/workloads?") and "continue=" in p
                for p in paths)  # five workloads, two per page
-    assert "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/team-a/localqueues/gpus/pendingworkloads?limit=1000" \
+    assert f"/apis/visibility.kueue.x-k8s.io/{version}/namespaces/team-a/localqueues/gpus/pendingworkloads?limit=1000" \
         in paths
+    assert not [p for p in paths if "v1beta1" in p] if version == "v1beta2" else True
     assert set(api.authorization) == {"Bearer fixture-token"}
 
 
@@ -144,7 +151,8 @@ def test_with_nothing_waiting_the_visibility_api_is_not_asked(tmp_path, capsys, 
     assert lines[5].endswith("Succeeded: jobset completed successfully")
     assert lines[6] == "... and 1 earlier finished workload(s) (--json lists every one)" and len(lines) == 8
     assert len(json.loads(out_json)["workloads"]) == 5
-    assert {p.split("?")[0] for _, p in api.requests} == {"/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads"}
+    assert {p.split("?")[0] for _, p in api.requests if "/workloads" in p} == {
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads"}
 
 
 def test_a_workload_evicted_by_preemption_shows_kueues_reason(tmp_path, capsys, config, monkeypatch):
@@ -198,7 +206,7 @@ def test_without_the_visibility_api_the_rest_shows_and_a_note_says_why(tmp_path,
     assert out.splitlines()[2].split()[2:5] == ["4", "-", "-"]
     assert out.splitlines()[-1] == (
         "note: positions unknown: the visibility API knows no LocalQueue gpus in team-a (404), or is not served "
-        "(APIService v1beta1.visibility.kueue.x-k8s.io); see docs/queue.md")
+        "(APIService v1beta2 or v1beta1.visibility.kueue.x-k8s.io); see docs/queue.md")
 
 
 # ---------------------------------------------------------------- gpupipe usage
@@ -248,7 +256,7 @@ def test_usage_adds_up_gpu_hours_per_team_from_finished_workloads(tmp_path, caps
     assert lines[3].split() == ["team-b", "1", "3.0000", "1.5000", "gpupipe-on-demand", "3.0000"]
     assert lines[4].split() == ["total", "3", "10.5000", "5.2500"]
     assert len(lines) == 5
-    assert any(p.startswith("/apis/kueue.x-k8s.io/v1beta1/workloads?") and "continue=" in p for _, p in api.requests)
+    assert any(p.startswith("/apis/kueue.x-k8s.io/v1beta2/workloads?") and "continue=" in p for _, p in api.requests)
 
     by_team = {t["team"]: t for t in json.loads(out_t)["teams"]}
     assert {k: t["gpu_hours"] for k, t in by_team.items()} == {"team-a": 7.5, "team-b": 3.0}
@@ -258,8 +266,8 @@ def test_usage_adds_up_gpu_hours_per_team_from_finished_workloads(tmp_path, caps
         ("JobSet/gpupipe-train-aaaa0001", 5400.0, 4.0), ("Pod/ctr-abcde-system-container-impl-1", 5400.0, 1.0),
         ("TFJob/gpupipe-train-bbbb0001", 2700.0, 4.0)]
     assert {p.split("?")[0] for _, p in api.requests if "team-" in p} == {
-        "/apis/kueue.x-k8s.io/v1beta1/namespaces/team-a/workloads",
-        "/apis/kueue.x-k8s.io/v1beta1/namespaces/team-b/workloads"}
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads",
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-b/workloads"}
 
 
 def test_usage_with_a_config_prices_at_its_gpu_hour_price_and_adds_its_local_runs(tmp_path, capsys, config):
@@ -348,10 +356,14 @@ def test_usage_refuses_a_period_it_cannot_read(tmp_path, capsys):
 
 
 def _rbac(method: str, path: str) -> tuple:
-    """(API group, resource, verb) of one request, as the API server's request info names it."""
+    """(API group, resource, verb) of one request, as the API server's request info names it;
+    None for API discovery (/apis/<group>/<version>: a non-resource URL that the default
+    ClusterRole system:discovery grants every authenticated user)."""
     parts = path.split("?")[0].strip("/").split("/")
     assert method == "GET" and parts[0] == "apis"
     group, rest = parts[1], parts[3:]
+    if not rest:
+        return None
     if rest[0] == "namespaces":
         rest = rest[2:]
     if len(rest) == 3:  # <resource>/<name>/<subresource>
@@ -376,5 +388,5 @@ def test_the_role_in_the_docs_grants_exactly_what_the_commands_ask(tmp_path, cap
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, namespace="team-a")
         assert gpupipe(capsys, "queue", config, "--kubeconfig", kubeconfig)[0] == 0
         assert gpupipe(capsys, "usage", "--team", "team-a", "--kubeconfig", kubeconfig)[0] == 0
-    assert {_rbac(m, p) for m, p in api.requests} == granted == {
+    assert {_rbac(m, p) for m, p in api.requests} - {None} == granted == {
         ("kueue.x-k8s.io", "workloads", "list"), ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get")}

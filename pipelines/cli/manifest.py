@@ -80,7 +80,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
         raise GpupipeError(f"manifest tenant --gpu-quota {args.gpu_quota}: the team needs on-demand GPUs; give "
                            "--gpu-quota N with N at least the GPUs of one training run")
     return _print(tenant_manifests(config, args.team, args.gpu_quota, args.spot_gpu_quota, args.borrowing_limit,
-                                   args.cohort, args.service_account))
+                                   args.cohort, args.service_account, args.kueue_api))
 
 
 def old_form(argv: List[str]) -> Optional[str]:
@@ -156,4 +156,7 @@ def add_commands(sub) -> None:
                                                             "gpupipe-pool)")
     p.add_argument("--service-account", default="default-editor", metavar="SA",
                    help="the runs' service account (default: default-editor, a Kubeflow profile's)")
+    p.add_argument("--kueue-api", default="v1beta2", choices=("v1beta2", "v1beta1"),
+                   help="the Kueue objects' version (default: v1beta2, served from Kueue v0.15 on; v1beta1, "
+                        "deprecated in v0.19, for an older Kueue)")
     p.set_defaults(func=cmd_tenant)

@@ -66,7 +66,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"  {run_url(check_host(args.host), run.run_id)}")
     if not args.watch:
         return 0
-    final = watch_run(client, run.run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True))
+    final = watch_run(client, run.run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True),
+                      lost_pod_retries=config.training.pods.retries)
     if final.state == "SUCCEEDED":
         return 0
     where = failed_task(final)
@@ -157,7 +158,9 @@ def add_commands(sub) -> None:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a run parameter (data_source, epochs, learning_rate, eval_threshold, serving_base); repeat")
     p.add_argument("--watch", action="store_true",
-                   help="follow the run to its end: exit 0 when it succeeded, 1 naming the failed task otherwise")
+                   help="follow the run to its end: exit 0 when it succeeded, 1 naming the failed task otherwise; "
+                        "a run that failed only because the train task's pod was deleted is retried (KFP Retry), "
+                        "up to training.pods.retries times")
     p.add_argument("--poll", type=float, default=15.0, help="with --watch: seconds between two looks")
     p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="with --watch: give up after this many seconds")
     p.set_defaults(func=cmd_submit)

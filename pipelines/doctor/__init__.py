@@ -15,7 +15,9 @@ them, kubernetes/api and apiextensions-apiserver):
   Kueue's Workload, LocalQueue and ClusterQueue (cluster.queue), KServe's InferenceService
   (`--serving kserve`, the default: `gpupipe manifest kserve`).
 - cluster.queue: the LocalQueue in the run's namespace and the ClusterQueue its spec.clusterQueue
-  names (`kueue.x-k8s.io/v1beta1`).
+  names, and the WorkloadPriorityClasses the config names: `kueue.x-k8s.io/v1beta2` where API
+  discovery (`GET /apis/kueue.x-k8s.io/v1beta2`) lists it, else `v1beta1` (deprecated in Kueue
+  v0.19; v1beta2 is served from v0.15); Kueue's CRDs must serve either.
 - The Secrets the config names, in the run's namespace: storage.gcs.credentials_secret,
   cluster.image_pull_secrets, storage.s3.credentials_secret, notify.webhook_secret. Asked for as
   PartialObjectMetadata (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`):

@@ -8,6 +8,7 @@ from components.contracts.errors import GpupipeError
 from pipelines.doctor.accelerators import accelerator_lines
 from pipelines.doctor.cluster import Cluster, Unreachable, api_status, refused
 from pipelines.doctor.line import Line
+from pipelines.pool.api import KUEUE_VERSIONS
 
 DEFAULT_NAMESPACE = "kubeflow"  # where standalone KFP runs its pods (gpupipe manifest rbac's default)
 DOCS = "docs/cluster.md#before-the-first-run-gpupipe-doctor"
@@ -22,8 +23,10 @@ TFJOB = ("tfjobs.kubeflow.org", "v1",
          "(or set training.pods.launcher: jobset)")
 KUEUE = "install Kueue: kubectl apply --server-side -f " \
         "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml (or unset cluster.queue)"
-KUEUE_CRDS = (("workloads.kueue.x-k8s.io", "v1beta1", KUEUE), ("localqueues.kueue.x-k8s.io", "v1beta1", KUEUE),
-              ("clusterqueues.kueue.x-k8s.io", "v1beta1", KUEUE))
+# Kueue's objects are read in v1beta2 where the API server serves it (Kueue v0.15 on), else in
+# v1beta1, which v0.19 still serves but marks deprecated (pipelines/pool/api.py KUEUE_VERSIONS).
+KUEUE_CRDS = (("workloads.kueue.x-k8s.io", KUEUE_VERSIONS, KUEUE), ("localqueues.kueue.x-k8s.io", KUEUE_VERSIONS, KUEUE),
+              ("clusterqueues.kueue.x-k8s.io", KUEUE_VERSIONS, KUEUE))
 KSERVE = ("inferenceservices.serving.kserve.io", "v1beta1",
           "install KServe: helm install kserve-crd oci://ghcr.io/kserve/charts/kserve-crd --version v0.15.2 -n "
           "kserve --create-namespace, then the kserve chart (or pass --serving tfserving)")
@@ -79,11 +82,25 @@ def needed_crds(config, serving: str) -> List[Tuple[str, tuple, str]]:
     return needed
 
 
+def kueue_version(cluster: Cluster) -> str:
+    """The Kueue version doctor reads objects in: v1beta2 where API discovery lists it, else
+    v1beta1 (also when discovery is refused: a Kueue that serves v1beta2 still serves it)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return cluster.served("kueue.x-k8s.io", KUEUE_VERSIONS) or KUEUE_VERSIONS[-1]
+    except ApiException:
+        return KUEUE_VERSIONS[-1]
+
+
 def crd_line(cluster: Cluster, component: str, crds: tuple, why: str) -> Line:
+    """Each CRD installed, established and serving its version (or one of its versions, a tuple)."""
     from kubernetes.client.exceptions import ApiException
 
     found = []
-    for name, version, fix in crds:
+    for name, versions, fix in crds:
+        versions = (versions,) if isinstance(versions, str) else tuple(versions)
+        version = " or ".join(versions)
         try:
             crd = cluster.crd(name)
         except ApiException as err:
@@ -93,19 +110,19 @@ def crd_line(cluster: Cluster, component: str, crds: tuple, why: str) -> Line:
             # server serves, and it serves a CRD's resources once the CRD is established.
             plural, _, group = name.partition(".")
             try:
-                listed = cluster.discovery(group, version)
+                listed = [cluster.discovery(group, v) for v in versions]
             except ApiException as err:
                 return refused(f"{component} CRD {name}", err, "ask for get on customresourcedefinitions."
                                                               f"apiextensions.k8s.io, or check with kubectl get crd {name}")
-            if not listed or plural not in [r.get("name") for r in listed.get("resources") or []]:
+            if not any(plural in [r.get("name") for r in (each or {}).get("resources") or []] for each in listed):
                 return Line(False, f"{component} CRD {name} is not installed, or does not serve {version} ({why}; "
-                                   f"API discovery of {group}/{version}, as CRDs may not be read): {fix}")
+                                   f"API discovery of {group}/{'|'.join(versions)}, as CRDs may not be read): {fix}")
             found.append(name)
             continue
         if crd is None:
             return Line(False, f"{component} CRD {name} is not installed ({why}): {fix}")
         served = [v.name for v in crd.spec.versions if v.served]
-        if version not in served:
+        if not set(versions) & set(served):
             return Line(False, f"{component} CRD {name} does not serve {version}, the version gpupipe writes (it "
                                f"serves {', '.join(served) or 'none'}): {fix.replace('install', 'upgrade to', 1)}")
         established = [c for c in (crd.status.conditions if crd.status else None) or [] if c.type == "Established"]
@@ -125,7 +142,7 @@ def queue_lines(cluster: Cluster, config, namespace: str, config_path: str) -> L
     tenant = (f"gpupipe manifest tenant {config_path} --team {namespace} --gpu-quota N | kubectl apply -f - "
               "(docs/gpu-pool.md)")
     try:
-        lq = cluster.custom("kueue.x-k8s.io", "v1beta1", "localqueues", name, namespace)
+        lq = cluster.custom("kueue.x-k8s.io", kueue_version(cluster), "localqueues", name, namespace)
     except ApiException as err:
         return [refused(f"LocalQueue {namespace}/{name} (cluster.queue)", err,
                         f"ask for get on localqueues.kueue.x-k8s.io in {namespace}")]
@@ -135,7 +152,7 @@ def queue_lines(cluster: Cluster, config, namespace: str, config_path: str) -> L
                             f"{namespace} get localqueues)")]
     cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
     try:
-        cq = cluster.custom("kueue.x-k8s.io", "v1beta1", "clusterqueues", cq_name) if cq_name else None
+        cq = cluster.custom("kueue.x-k8s.io", kueue_version(cluster), "clusterqueues", cq_name) if cq_name else None
     except ApiException as err:
         return [refused(f"ClusterQueue {cq_name} of LocalQueue {namespace}/{name}", err,
                         "ask for get on clusterqueues.kueue.x-k8s.io, or check with kubectl get clusterqueue "
@@ -200,7 +217,7 @@ def priority_lines(cluster: Cluster, config, config_path: str) -> List[Line]:
         if not name:
             continue
         try:
-            found = cluster.custom("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses", name)
+            found = cluster.custom("kueue.x-k8s.io", kueue_version(cluster), "workloadpriorityclasses", name)
         except ApiException as err:
             lines.append(refused(f"WorkloadPriorityClass {name} ({key})", err,
                                  "ask for get on workloadpriorityclasses.kueue.x-k8s.io"))

@@ -37,6 +37,7 @@ class Cluster:
         self.conn = conn
         self.api = conn.api
         self.client = client
+        self.versions: dict = {}  # (group, versions) -> the first served (Cluster.served)
 
     def _call(self, fn: Callable, *args, **kwargs):
         """fn's answer; None on 404; an ApiException for other refusals; Unreachable when the
@@ -87,6 +88,14 @@ class Cluster:
                 header_params={"Accept": "application/json"}, response_type="object",
                 auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=_request_timeout)
         return self._call(get)
+
+    def served(self, group: str, versions: Tuple[str, ...]) -> Optional[str]:
+        """The first of `versions` that API discovery lists for `group` (asked once), None when
+        none is served; an ApiException when discovery is refused."""
+        if (group, versions) not in self.versions:
+            self.versions[(group, versions)] = next((v for v in versions if self.discovery(group, v) is not None),
+                                                    None)
+        return self.versions[(group, versions)]
 
     def custom(self, group: str, version: str, plural: str, name: str, namespace: Optional[str] = None):
         objects = self.client.CustomObjectsApi(self.api)

@@ -39,6 +39,14 @@ def _per_gpu(quantity: str, gpus_per_worker: int, gpu_quota: int, unit: str = ""
     return str(int(total)) if total == int(total) else f"{math.ceil(total * 1000)}m"
 
 
+# The Kueue API versions `manifest tenant` writes (--kueue-api): v1beta2, served since Kueue v0.15
+# and stored since v0.16; v1beta1, which v0.19 still serves but marks deprecated ("Use v1beta2
+# instead", the CRDs' deprecationWarning). Of the fields written here only the ClusterQueue's
+# cohort is renamed: spec.cohort in v1beta1, spec.cohortName in v1beta2
+# (apis/kueue/v1beta1/clusterqueue_conversion.go).
+KUEUE_APIS = ("v1beta2", "v1beta1")
+COHORT_FIELD = {"v1beta2": "cohortName", "v1beta1": "cohort"}
+
 # The tuning trials' WorkloadPriorityClass value: below 0, Kueue's priority of a workload
 # naming no class, so production runs with or without a class outrank trials.
 TUNING_PRIORITY = -100
@@ -46,16 +54,21 @@ TUNING_PRIORITY = -100
 
 def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu_quota: int = 0,
                      borrowing_limit: Optional[int] = None, cohort: str = "gpupipe-pool",
-                     service_account: str = "default-editor") -> list:
+                     service_account: str = "default-editor", kueue_api: str = KUEUE_APIS[0]) -> list:
     """What one team needs to share the GPU pool through Kueue: its Namespace, a
     ResourceQuota capping its GPU requests, a LimitRange giving unset containers requests,
     the pool's ResourceFlavors (on-demand and spot nodes), the team's ClusterQueue (its
     nominal GPU quota per flavor, what it may borrow from the cohort, preemption by
     priority), the LocalQueue its runs name in cluster.queue, and the launcher's RBAC.
     `borrowing_limit` None leaves borrowingLimit out (Kueue: no limit within the cohort);
-    0 writes borrowingLimit: 0 (the team never borrows)."""
+    0 writes borrowingLimit: 0 (the team never borrows). `kueue_api`: the Kueue objects'
+    version (KUEUE_APIS)."""
     from pipelines.pods import training_shape
 
+    if kueue_api not in KUEUE_APIS:
+        raise GpupipeError(f"manifest tenant --kueue-api {kueue_api}: give {' or '.join(KUEUE_APIS)} (v1beta2 from Kueue "
+                           "v0.15 on; kubectl api-versions | grep kueue lists what the cluster serves)")
+    kueue = f"kueue.x-k8s.io/{kueue_api}"
     t = config.training.pods
     if not t.gpus:
         raise GpupipeError("training.pods.gpus: 0, so nothing of this pipeline uses the GPU quota; set training.pods.gpus "
@@ -84,7 +97,7 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         spec: dict = {"nodeLabels": nodes} if nodes else {}
         if tolerations:
             spec["tolerations"] = [tol.model_dump(exclude_none=True) for tol in tolerations]
-        return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+        return {"apiVersion": kueue, "kind": "ResourceFlavor",
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}}, "spec": spec}
 
     def quotas(gpus: int, borrow: Optional[int]) -> list:
@@ -120,20 +133,20 @@ def tenant_manifests(config: PipelineConfig, team: str, gpu_quota: int, spot_gpu
         flavor(ON_DEMAND_FLAVOR, on_demand_nodes, []),
         *([flavor(SPOT_FLAVOR, {**on_demand_nodes, **config.cluster.spot_node_selector},
                   list(config.cluster.spot_tolerations))] if spot_gpu_quota else []),
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": team, "labels": labels},
-         "spec": {"cohort": cohort,
+        {"apiVersion": kueue, "kind": "ClusterQueue", "metadata": {"name": team, "labels": labels},
+         "spec": {COHORT_FIELD[kueue_api]: cohort,
                   "namespaceSelector": selector,
                   "queueingStrategy": "BestEffortFIFO",
                   "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
                   "resourceGroups": [{"coveredResources": ["cpu", "memory", gpu], "flavors": flavors}]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+        {"apiVersion": kueue, "kind": "LocalQueue",
          "metadata": {"name": queue, "namespace": jobs_ns, "labels": labels}, "spec": {"clusterQueue": team}},
         *(launcher_rbac(config, team, service_account) if t.launcher != "pod" else []),
-        *tuning_priority_class(config),
+        *tuning_priority_class(config, kueue_api),
     ]
 
 
-def tuning_priority_class(config: PipelineConfig) -> list:
+def tuning_priority_class(config: PipelineConfig, kueue_api: str = KUEUE_APIS[0]) -> list:
     """With training.tune and trials launched as jobs: the WorkloadPriorityClass they name (cluster-scoped,
     the same object for every team). Its value, TUNING_PRIORITY, is below Kueue's 0 for a
     workload that names no class and below any production class of 0 or more, so the team's
@@ -145,7 +158,7 @@ def tuning_priority_class(config: PipelineConfig) -> list:
     tune = config.training.tune
     if tune is None or not launched(config):  # trials in the train task's own pod name no class
         return []
-    return [{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+    return [{"apiVersion": f"kueue.x-k8s.io/{kueue_api}", "kind": "WorkloadPriorityClass",
              "metadata": {"name": tune.priority_class, "labels": {"app.kubernetes.io/managed-by": "gpupipe"}},
              "value": TUNING_PRIORITY,
              "description": "gpupipe tuning trials (training.tune): below production runs, which preempt them"}]

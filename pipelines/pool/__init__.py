@@ -10,18 +10,22 @@ reason from the Workload's conditions, the admitted flavor. `usage` adds up GPU-
 What is read, and where its shape is defined (kubernetes-sigs/kueue v0.19.2, the version the
 tenant manifests are checked against):
 
-- Workloads, `kueue.x-k8s.io/v1beta1` (apis/kueue/v1beta1/workload_types.go; Kueue 0.19
-  stores v1beta2 and still serves v1beta1): `spec.queueName` (the job's
+- Workloads, `kueue.x-k8s.io/v1beta2` where the API server serves it (API discovery; Kueue
+  v0.15 on), else `v1beta1` (apis/kueue/{v1beta2,v1beta1}/workload_types.go; Kueue 0.19
+  stores v1beta2 and still serves v1beta1, deprecated): `spec.queueName` (the job's
   kueue.x-k8s.io/queue-name label), `spec.podSets[].{name,count,template}`,
   `status.conditions[]` (metav1.Condition: type, status, reason, message,
   lastTransitionTime) of the types QuotaReserved, Admitted, Evicted, Preempted, Finished,
   `status.admission.{clusterQueue,podSetAssignments[].{name,flavors,resourceUsage,count}}`
-  and `status.accumulatedPastExexcutionTimeSeconds` (so spelled in v1beta1: the admitted
-  time of earlier admit-evict cycles, pkg/workload/admissionchecks.go SyncAdmittedCondition).
+  and `status.accumulatedPastExecutionTimeSeconds` (`accumulatedPastExexcutionTimeSeconds`, so
+  spelled, in v1beta1: the admitted time of earlier admit-evict cycles,
+  pkg/workload/admissionchecks.go SyncAdmittedCondition); the priority class is
+  `spec.priorityClassRef.name` in v1beta2, `spec.priorityClassName` in v1beta1.
   The job framework names a Workload `<kind>-<job>-<hash>` and makes the job its controller
   owner (pkg/controller/jobframework/reconciler.go ConstructWorkload); it copies no job
   labels unless the Kueue configuration lists them (labelKeysToCopy).
-- The visibility API, `visibility.kueue.x-k8s.io/v1beta1` (apis/visibility/v1beta1/types.go):
+- The visibility API, `visibility.kueue.x-k8s.io/v1beta2`, else `v1beta1` (the same fields;
+  apis/visibility/{v1beta2,v1beta1}/types.go):
   `GET .../namespaces/<ns>/localqueues/<lq>/pendingworkloads` answers a
   PendingWorkloadsSummary whose items (PendingWorkload) carry metadata.name,
   positionInClusterQueue and positionInLocalQueue, both counted from 0

@@ -12,7 +12,12 @@ from typing import List, Optional
 from components.contracts.errors import GpupipeError
 
 KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta1", "workloads"
-VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
+# The Kueue API versions read, the newest first: v1beta2 is served from Kueue v0.15 (and stored
+# from v0.16); v0.19 still serves v1beta1, deprecated ("Use v1beta2 instead"). The same for
+# Kueue's visibility API. KUEUE_VERSION, v1beta1, is what an older Kueue serves.
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/{version}/namespaces/{namespace}/localqueues/{name}/pendingworkloads"
 TIMEOUT = (5, 30)  # seconds: to connect, to read
 PAGE = 500
 DOCS = "docs/queue.md"
@@ -66,6 +71,24 @@ def connect(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> 
     return Connection(client.ApiClient(configuration), shown, chosen, configuration.host, namespace)
 
 
+def served_version(api, group: str, versions=KUEUE_VERSIONS, timeout=TIMEOUT) -> Optional[str]:
+    """The first of `versions` that the API server serves for `group`, by API discovery (GET
+    /apis/<group>/<version>, which every authenticated user may read: system:discovery); None
+    when it serves none of them. Other refusals and transport errors are the caller's."""
+    from kubernetes.client.exceptions import ApiException
+
+    for version in versions:
+        try:
+            api.call_api("/apis/{group}/{version}", "GET", {"group": group, "version": version},
+                         header_params={"Accept": "application/json"}, response_type="object",
+                         auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=timeout)
+            return version
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    return None
+
+
 def _pod_namespace() -> str:
     try:
         return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip()
@@ -89,7 +112,8 @@ def _api_error(conn: Connection, what: str, err: Exception, scope: str = "in tha
                                 f"workloads.kueue.x-k8s.io {scope} ({DOCS}), or use a context that has it")
         if status == 404:
             return GpupipeError(f"{conn.where}: the Kubernetes API at {conn.server} does not serve "
-                                f"{KUEUE_GROUP}/{KUEUE_VERSION} workloads (404: {message}); install Kueue on that "
+                                f"{KUEUE_GROUP} workloads ({' or '.join(KUEUE_VERSIONS)}; 404: {message}); install "
+                                "Kueue on that "
                                 "cluster, or pass --context for the cluster that runs it")
         return GpupipeError(f"{conn.where}: the Kubernetes API at {conn.server} failed to {what} ({status}: "
                             f"{message}); try again, or check the API server's health (kubectl get --raw /readyz)")
@@ -124,13 +148,17 @@ def list_workloads(conn: Connection, namespace: Optional[str]) -> List[dict]:
     api = client.CustomObjectsApi(conn.api)
     items, token = [], None
     where = f"namespace {namespace}" if namespace else "all namespaces"
+    try:
+        version = served_version(conn.api, KUEUE_GROUP) or KUEUE_VERSION  # none: the list's 404 says so
+    except _transport_errors() as err:
+        raise _api_error(conn, f"discover the {KUEUE_GROUP} versions", err) from None
     while True:
         kwargs = {"limit": PAGE, "_request_timeout": TIMEOUT, **({"_continue": token} if token else {})}
         try:
             if namespace:
-                page = api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, **kwargs)
+                page = api.list_namespaced_custom_object(KUEUE_GROUP, version, namespace, WORKLOADS, **kwargs)
             else:
-                page = api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, **kwargs)
+                page = api.list_cluster_custom_object(KUEUE_GROUP, version, WORKLOADS, **kwargs)
         except _transport_errors() as err:
             raise _api_error(conn, f"list workloads in {where}", err,
                              "in that namespace (a Role)" if namespace else "cluster-wide (a ClusterRole)") from None
@@ -144,7 +172,9 @@ def pending_positions(conn: Connection, namespace: str, queue: str):
     """({workload name: PendingWorkload}, note): Kueue's visibility API for the LocalQueue;
     without it (not served, refused, unknown queue) no positions and a note saying why."""
     try:
-        summary = conn.api.call_api(VISIBILITY_PATH, "GET", path_params={"namespace": namespace, "name": queue},
+        version = served_version(conn.api, VISIBILITY_GROUP) or KUEUE_VERSION
+        summary = conn.api.call_api(VISIBILITY_PATH, "GET",
+                                    path_params={"version": version, "namespace": namespace, "name": queue},
                                     query_params=[("limit", 1000)], header_params={"Accept": "application/json"},
                                     response_type="object", auth_settings=["BearerToken"],
                                     _return_http_data_only=True, _request_timeout=TIMEOUT)
@@ -155,7 +185,7 @@ def pending_positions(conn: Connection, namespace: str, queue: str):
                    "localqueues/pendingworkloads in visibility.kueue.x-k8s.io")
         elif status == 404:
             why = (f"the visibility API knows no LocalQueue {queue} in {namespace} (404), or is not served "
-                   "(APIService v1beta1.visibility.kueue.x-k8s.io)")
+                   "(APIService v1beta2 or v1beta1.visibility.kueue.x-k8s.io)")
         elif status:
             why = f"the visibility API failed ({status}: {getattr(err, 'reason', '')})"
         else:

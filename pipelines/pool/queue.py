@@ -20,7 +20,7 @@ def queue_rows(workloads: Iterable[dict], positions: dict, resource: str = GPU) 
             "workload": meta.get("name", ""), "namespace": meta.get("namespace", ""),
             "owner": f"{ref.get('kind', '?')}/{ref.get('name', '?')}", "created": meta.get("creationTimestamp", ""),
             "queue": (wl.get("spec") or {}).get("queueName", ""),
-            "priority_class": (wl.get("spec") or {}).get("priorityClassName", ""),
+            "priority_class": priority_class(wl),
             "state": state, "reason": reason, "message": message,
             "finished": (condition(wl, "Finished") or {}).get("lastTransitionTime", "") if state == "finished" else "",
             "position_in_local_queue": pending.get("positionInLocalQueue") if pending else None,
@@ -32,6 +32,13 @@ def queue_rows(workloads: Iterable[dict], positions: dict, resource: str = GPU) 
     order = {"admitted": 0, "reserved": 1, "evicted": 2, "pending": 3, "inactive": 4, "finished": 5}
     return sorted(rows, key=lambda r: (order.get(r["state"], 9), r["position_in_local_queue"]
                                        if r["position_in_local_queue"] is not None else 1 << 30, r["created"]))
+
+
+def priority_class(wl: dict) -> str:
+    """The Workload's WorkloadPriorityClass: spec.priorityClassRef.name in v1beta2,
+    spec.priorityClassName in v1beta1 (apis/kueue/v1beta1/workload_conversion.go)."""
+    spec = wl.get("spec") or {}
+    return spec.get("priorityClassName") or (spec.get("priorityClassRef") or {}).get("name", "")
 
 
 def _gpus(value: float) -> str:

@@ -15,6 +15,7 @@ from pipelines.remote.versions import upload_version, version_name
 
 DONE = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 PUSH_TASK = steps.get(steps.PUSH).display_name  # the push task's name in the run's details
+TRAIN_TASK = steps.TRAIN  # the train task's name in the compiled pipeline (and in its Argo node names)
 
 
 def submit(client, config: PipelineConfig, package_text: str, sha: str, experiment: str,
@@ -42,15 +43,30 @@ def failed_task(run) -> str:
 
 
 def watch_run(client, run_id: str, poll_seconds: float = 10.0, timeout_seconds: float = 7 * 24 * 3600,
-              report=print):
-    """Follows a run to its end, reporting each change of state; returns the final run."""
+              report=print, lost_pod_retries: int = 0):
+    """Follows a run to its end, reporting each change of state; returns the final run. A run
+    that failed only because its train task's pod was deleted (an eviction, a drain, a lost
+    node: Argo does not retry that, pipelines/remote/recover.py) is retried through KFP's
+    Retry, up to `lost_pod_retries` times: the task starts again and re-attaches to its job."""
+    from pipelines.remote.recover import retry_reason, retry_run
+
     deadline = time.monotonic() + timeout_seconds
-    last = None
+    last, retried = None, 0
     while True:
         run = client.get_run(run_id)
         if run.state != last:
             report(f"run {run_id}: {run.state}")
             last = run.state
+        if run.state == "FAILED" and retried < lost_pod_retries:
+            why = retry_reason(client, run_id, TRAIN_TASK, report)
+            if why:
+                retried += 1
+                report(f"run {run_id}: {why}; retrying the run (KFP Retry, {retried} of {lost_pod_retries}): "
+                       "the task re-attaches to its job, which trained on")
+                if retry_run(client, run_id, report):
+                    last = None
+                    continue
+            retried = lost_pod_retries  # looked once: a run that cannot be retried is not looked at again
         if run.state in DONE:
             return run
         if time.monotonic() > deadline:

@@ -16,7 +16,8 @@ appears outside this package.
   command (`EXECUTOR_MODULE`, `EXECUTOR_ENV` with its private `_KFP_RUNTIME`, the flags,
   `executor_argument`), which the warm task start and the local task cache read;
   `kfp_client_with_deadlines` (kfp.Client's requests carry no timeout unless given one: every
-  request of the Client gets a (connect, read) timeout and bounded tries);
+  request of the Client gets a (connect, read) timeout and bounded tries); `kfp_run_api` (the
+  Client's RunServiceApi, for a run's Retry and its v1beta1 details, which the Client lacks);
 - `compat.tensorflow`: `graph_code_without_autograph` (autograph's conversion rules);
 - `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,

@@ -155,3 +155,11 @@ def kfp_client_with_deadlines(client, timeout: Tuple[float, float] = KFP_API_TIM
     rest.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
         total=attempts - 1, backoff_factor=0.5, backoff_max=10, raise_on_status=False)
     return client
+
+
+def kfp_run_api(client):
+    """kfp 2.13's kfp.Client keeps its kfp_server_api RunServiceApi private (`_run_api`), and
+    has no method for a run's Retry (`run_service_retry_run`, POST /apis/v2beta1/runs/{id}:retry)
+    nor for the v1beta1 run that carries the run's Argo Workflow; both go through this object
+    (its ApiClient: the host, the credentials and kfp_client_with_deadlines' bounds)."""
+    return client._run_api
