@@ -206,7 +206,7 @@ def e2e_benchmark(args) -> None:
     for i in range(args.runs):
         # --no-cache: every step runs (a rerun of the same config and data reuses earlier outputs)
         ours.append(_timed([gpupipe, "run", "digits.yaml", "--no-cache", "--serving-base", f"serving-{i}"], workdir))
-        theirs.append(_timed([sys.executable, os.path.join(root, "bench", "keras_digits.py"), "data/digits",
+        theirs.append(_timed([sys.executable, "-P", os.path.join(root, "bench", "keras_digits.py"), "data/digits",
                               f"keras-{i}"], workdir))
     ratios = [a / b for a, b in zip(ours, theirs)]
     print(f"gpupipe run configs/digits.yaml: {statistics.median(ours):.1f} s (median of {args.runs}; "

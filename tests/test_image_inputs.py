@@ -238,3 +238,36 @@ def test_the_drift_of_image_sizes_against_the_served_version_is_measured(tmp_pat
     assert "feature 'image__height'" in drifted and "feature 'image__width'" in drifted
     assert "feature 'image'" not in drifted  # the bytes themselves are not compared (image_domain)
     assert result.schema.feature[[f.name for f in result.schema.feature].index("image")].HasField("image_domain")
+
+
+def test_the_input_casts_whole_batches_without_augmentation_and_augments_each_image_with_it(shapes, tmp_path):
+    """Without augmentation (or outside training) the cached uint8 images become float32 one
+    batch at a time, the same pixels every epoch; with it each training image changes its own way."""
+    import numpy as np
+
+    from components.contracts.examples import examples_pattern
+    from components.contracts.statistics import load_statistics
+    from components.kinds import Columns, specs_from_statistics
+    from components.train.data import make_dataset
+
+    def epochs(augment: dict):
+        feature = {**SMALL, "augment": augment}
+        ingest(shapes, tmp_path / str(bool(augment)), image_features=[feature])
+        examples = tmp_path / str(bool(augment)) / "examples"
+        stats = load_statistics(str(examples / "statistics"), "train")
+        specs = specs_from_statistics(stats, Columns(label="label", image_features=[feature]))
+        it = iter(make_dataset(examples_pattern(str(examples), "train"), specs, 4, shuffle=True, seed=1,
+                               repeat=True, cache="memory"))
+        steps = -(-int(stats.num_examples) // 4)
+        out = []
+        for _ in range(2):
+            batches = [next(it) for _ in range(steps)]
+            assert all(x["image"].dtype.name == "float32" and x["image"].shape[1:] == (16, 16, 3) for x, _ in batches)
+            out.append(sorted(x.tobytes() for b, _ in batches for x in b["image"].numpy()))
+        return out
+
+    plain = epochs({})
+    assert plain[0] == plain[1]  # the same images, reordered
+    augmented = epochs({"flip": True, "brightness": 0.2})
+    assert augmented[0] != augmented[1] and len(augmented[0]) == len(plain[0])
+    assert np.frombuffer(plain[0][0], np.float32).max() <= 255.0
