@@ -1,6 +1,7 @@
 """Image data from every source, and every bad image a user can hand in: each ends in one line
 naming the file or the class and the fix, before anything trains or is pushed. Ingest and
-train run in process (their logic, what the tasks call); one case goes through `gpupipe run`."""
+train run in process (their logic, what the tasks call); the six bad inputs of acceptance 4
+also go through `gpupipe run`."""
 import contextlib
 import csv
 import io
@@ -74,10 +75,47 @@ def test_an_empty_class_folder_and_a_single_class_are_one_line_naming_the_class(
         ingest(shapes, tmp_path)
 
 
-def test_through_gpupipe_run_a_bad_image_stops_the_run_in_one_line_and_pushes_nothing(shapes, tmp_path):
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def _single_class(shapes: Path) -> None:
+    for cls in ("square", "triangle"):
+        for f in (shapes / cls).glob("*"):
+            f.unlink()
+        (shapes / cls).rmdir()
+
+
+FIX = "remove it, or replace it with a whole image (png, jpeg, gif, bmp)"
+RUN_CASES = {  # acceptance 4's six cases: what is done to the shapes folder, the line that ends the run
+    "truncated JPEG": (lambda s: _cut(s / "circle" / "0001.jpg"),
+                       "data.image_features: {s}/circle/0001.jpg is a JPEG image cut short (no end-of-image marker); "
+                       + FIX),
+    "a text file named .jpg": (lambda s: (s / "circle" / "0001.jpg").write_text("name,size\nphoto,12\n"),
+                               "data.image_features: {s}/circle/0001.jpg is not a JPEG, PNG, GIF or BMP image (it "
+                               "starts with b'name,siz'); " + FIX),
+    "a zero-byte file": (lambda s: (s / "circle" / "0001.jpg").write_bytes(b""),
+                         "data.image_features: {s}/circle/0001.jpg is empty (0 bytes); " + FIX),
+    "an empty class folder": (lambda s: (s / "hexagon").mkdir(),
+                              "data.source: class folder {s}/hexagon holds no images (.jpg, .jpeg, .png, .bmp, "
+                              ".gif); add images to it or remove it"),
+    "a single class": (_single_class, "data.source: {s} has one class folder (circle); an image classifier needs a "
+                                      "folder per class, at least 2; add a folder of images for each other class "
+                                      "(ROOT/<class>/*.jpg)"),
+    "an image over the pixel limit": (lambda s: (s / "circle" / "0001.png").write_bytes(png_of_size(20_000, 20_000)),
+                                      "data.image_features: {s}/circle/0001.png is 20000x20000 pixels (400,000,000), "
+                                      "over max_pixels (89,478,485: a decompression bomb, or a scan too large to "
+                                      "train on); resize it, or raise max_pixels in the data.image_features entry "
+                                      "of 'image'"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_through_gpupipe_run_each_bad_input_stops_the_run_in_one_line_and_pushes_nothing(shapes, tmp_path, case):
     from pipelines.cli import main
 
-    (shapes / "circle" / "0001.jpg").write_bytes(b"")
+    damage, expected = RUN_CASES[case]
+    damage(shapes)
     config = tmp_path / "shapes.yaml"
     config.write_text(json.dumps({"name": "shapes", "data": {"source": str(shapes), "label": "label",
                                                               "image_features": [SMALL]},
@@ -87,11 +125,11 @@ def test_through_gpupipe_run_a_bad_image_stops_the_run_in_one_line_and_pushes_no
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["run", str(config), "--runs-dir", str(tmp_path / "runs")])
     assert code == 1
-    lines = [line for line in out.getvalue().splitlines() if line.startswith("error:")]  # the summary's
-    assert len(lines) == 1 and lines[0].endswith(f"data.image_features: {shapes}/circle/0001.jpg is empty (0 bytes); "
-                                                 "remove it, or replace it with a whole image (png, jpeg, gif, bmp)"), \
-        out.getvalue()
-    assert "Traceback" not in out.getvalue() + err.getvalue()
+    # the run's summary (a task's error) or the check before any task starts (a folder's): one line
+    said = out.getvalue() + err.getvalue()
+    lines = [line for line in said.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].endswith(expected.format(s=shapes)), said
+    assert "Traceback" not in said
     assert not (tmp_path / "serving").exists()
 
 
@@ -200,3 +238,36 @@ def test_the_drift_of_image_sizes_against_the_served_version_is_measured(tmp_pat
     assert "feature 'image__height'" in drifted and "feature 'image__width'" in drifted
     assert "feature 'image'" not in drifted  # the bytes themselves are not compared (image_domain)
     assert result.schema.feature[[f.name for f in result.schema.feature].index("image")].HasField("image_domain")
+
+
+def test_the_input_casts_whole_batches_without_augmentation_and_augments_each_image_with_it(shapes, tmp_path):
+    """Without augmentation (or outside training) the cached uint8 images become float32 one
+    batch at a time, the same pixels every epoch; with it each training image changes its own way."""
+    import numpy as np
+
+    from components.contracts.examples import examples_pattern
+    from components.contracts.statistics import load_statistics
+    from components.kinds import Columns, specs_from_statistics
+    from components.train.data import make_dataset
+
+    def epochs(augment: dict):
+        feature = {**SMALL, "augment": augment}
+        ingest(shapes, tmp_path / str(bool(augment)), image_features=[feature])
+        examples = tmp_path / str(bool(augment)) / "examples"
+        stats = load_statistics(str(examples / "statistics"), "train")
+        specs = specs_from_statistics(stats, Columns(label="label", image_features=[feature]))
+        it = iter(make_dataset(examples_pattern(str(examples), "train"), specs, 4, shuffle=True, seed=1,
+                               repeat=True, cache="memory"))
+        steps = -(-int(stats.num_examples) // 4)
+        out = []
+        for _ in range(2):
+            batches = [next(it) for _ in range(steps)]
+            assert all(x["image"].dtype.name == "float32" and x["image"].shape[1:] == (16, 16, 3) for x, _ in batches)
+            out.append(sorted(x.tobytes() for b, _ in batches for x in b["image"].numpy()))
+        return out
+
+    plain = epochs({})
+    assert plain[0] == plain[1]  # the same images, reordered
+    augmented = epochs({"flip": True, "brightness": 0.2})
+    assert augmented[0] != augmented[1] and len(augmented[0]) == len(plain[0])
+    assert np.frombuffer(plain[0][0], np.float32).max() <= 255.0

@@ -173,8 +173,13 @@ class FeatureKind(ABC):
         return values
 
     def augment(self, spec, value, training: bool):
-        """A per_example kind: the cached value -> the model's input (random changes in training)."""
+        """A per_example kind: the cached value -> the model's input (random changes in training).
+        Called on one example when `augments_each`, else on a batch of them."""
         return value
+
+    def augments_each(self, spec, training: bool) -> bool:
+        """Whether `augment` changes each example its own way (so runs once per example)."""
+        return False
 
     @abstractmethod
     def model_input(self, spec):

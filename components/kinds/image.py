@@ -179,10 +179,14 @@ class ImageKind(FeatureKind):
         return tf.cast(images, tf.float32)
 
     def augment(self, spec: ImageFeature, image, training: bool):
-        """uint8 pixels -> float32 0-255, augmented in training."""
+        """uint8 pixels -> float32 0-255, augmented in training (one image); without
+        augmentation a cast, on a batch as well."""
         from components.kinds.image_ops import augment_image
 
         return augment_image(image, spec, training)
+
+    def augments_each(self, spec: ImageFeature, training: bool) -> bool:
+        return training and any(spec.augment.values())
 
     def encode(self, specs: List[ImageFeature], inputs, options) -> Encoded:
         """Images go to an image family's backbone (components/train/vision.py), not the dense vector."""

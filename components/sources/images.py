@@ -74,8 +74,8 @@ def image_tree(root: str, entries: Sequence[storage.Entry], key: str = "data.sou
                            f"images to it or remove it{f' ({len(empty)} empty folders)' if len(empty) > 1 else ''}")
     if len(counts) < 2:
         found = f"one class folder ({next(iter(counts))})" if counts else "no class folders"
-        raise GpupipeError(f"{key}: {root} has {found}; an image classifier needs a folder per class, at least 2 "
-                           f"(ROOT/<class>/*.jpg)")
+        raise GpupipeError(f"{key}: {root} has {found}; an image classifier needs a folder per class, at least 2; "
+                           "add a folder of images for each other class (ROOT/<class>/*.jpg)")
     notes = []
     if left_out:
         notes.append(f"{len(left_out)} file(s) under {root} left out, not images in a class folder "

@@ -179,7 +179,10 @@ def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool,
         ds = (cached.concatenate(replay.repeat()) if shuffle else cached.repeat()) if repeat else replay
     elif repeat:
         ds = ds.repeat()
-    ds = ds.map(augment, num_parallel_calls=parallel).batch(batch_size)
+    if any(kind.augments_each(f, training) for kind, f in decoders):  # a random change of its own per example
+        ds = ds.map(augment, num_parallel_calls=parallel).batch(batch_size)
+    else:  # the same for every example (a cast): one op per batch, not per example
+        ds = ds.batch(batch_size).map(augment, num_parallel_calls=parallel)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.autotune.enabled = False  # the parallelism is set (make_dataset's docstring)

@@ -1,6 +1,7 @@
 """The image families' backbones, without kfp: each builds from no weights and pools an
 image batch to a vector; a weights file the user names loads (and one of another family is
-refused in one line); FineTune keeps a backbone frozen for its epochs, then trains it."""
+refused in one line); FineTune keeps a backbone frozen for its epochs, then trains it; under
+mixed precision the backbone computes in float16 and the output layer in float32."""
 import numpy as np
 import pytest
 
@@ -72,3 +73,30 @@ def test_fine_tune_freezes_the_backbone_for_its_epochs_then_trains_it(capsys):
     assert not np.array_equal(snap.kernels[1], snap.kernels[3])  # trainable from epoch 3
     out = capsys.readouterr().out
     assert "fine-tune: backbone frozen from epoch 1" in out and "fine-tune: backbone trainable from epoch 3" in out
+
+
+@pytest.mark.parametrize("family", ["cnn", "vit", "mobilenetv3"])
+def test_under_mixed_precision_the_backbone_computes_in_float16_and_the_output_layer_in_float32(family):
+    """What a GPU run sets (runtime.precision_policy: mixed_float16 on a T4): the image model's
+    convolutions or attention in float16, its class probabilities in float32."""
+    from components.contracts import names
+    from components.kinds.image import ImageFeature
+    from components.kinds.specs import FeatureSpecs
+    from components.train.model import build_model
+    from components.train.settings import TrainSettings
+
+    specs = FeatureSpecs(label="label", classes=["circle", "square", "triangle"],
+                         features={"image": [ImageFeature(name="image", height=16, width=16, channels=3)]})
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = build_model(specs, TrainSettings(model=family, image=SMALL))
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+    backbone = model.get_layer(backbone_name("image"))
+    computing = [layer for layer in backbone.layers if layer.trainable_weights]
+    assert computing and all(layer.compute_dtype == "float16" for layer in computing)
+    head = model.get_layer(names.PROBABILITIES)
+    assert head.compute_dtype == "float32" and head.kernel.dtype == tf.float32
+    probabilities = model({"image": tf.random.uniform([2, 16, 16, 3], 0, 255)})
+    assert probabilities.dtype == tf.float32 and probabilities.shape == (2, 3)
+    np.testing.assert_allclose(tf.reduce_sum(probabilities, axis=1).numpy(), 1.0, rtol=1e-5)

@@ -119,7 +119,7 @@ def render_images(p: ImageProposal, command: str, path: str) -> str:
         "training:",
         "  task: multiclass",
         f"  model: {p.model}  # {'a small CNN for small images' if p.model == 'cnn' else 'MobileNetV3, from scratch'}; "
-        "or cnn, resnet50, efficientnetb0, mobilenetv3, vit",
+        f"or {', '.join(f for f in ('cnn', 'resnet50', 'efficientnetb0', 'mobilenetv3', 'vit') if f != p.model)}",
         "  # image: {weights: path/to/notop.h5, fine_tune_after: 3}  # start a backbone from a weights file",
         f"  batch_size: {p.batch_size}",
         f"  epochs: {p.epochs}  # a cap: room for about {TARGET_STEPS:,} steps; early stopping usually ends sooner",
