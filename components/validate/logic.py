@@ -17,6 +17,7 @@ from components.contracts.errors import GpupipeError, reports_errors
 from components.contracts.examples import examples_pattern, ingest_statistics_path, read_manifest, split_files
 from components.contracts.settings import safe_name
 from components.kinds import Columns
+from components.kinds.text_kind import oov_drift
 from components.contracts.statistics import StatisticsAccumulator, read_statistics, write_statistics
 from components.validate.explain import (Explainer, feature_of as _feature_of, sparse_warnings, tolerated_unseen,
                                          unseen_tolerance)
@@ -252,7 +253,11 @@ def validate_examples(examples_dir: str, label: str, settings: Optional[Validati
         drift_anomalies = tfdv.validate_statistics(statistics[names.TRAIN_SPLIT], drift_schema,
                                                    previous_statistics=previous)
         drift_lines = [line.replace("train:", f"train vs {baseline_name}:", 1)
-                       for line in describe_anomalies(names.TRAIN_SPLIT, drift_anomalies, drift=True)]
+                       for line in describe_anomalies(names.TRAIN_SPLIT, drift_anomalies, drift=True)
+                       + oov_drift(statistics[names.TRAIN_SPLIT].datasets[0], baseline_stats,
+                                   [n for n, k in manifest.get("features", {}).items() if k == "text"],
+                                   {safe_name(k): v for k, v in settings.drift.features.items()},
+                                   settings.drift.categorical_threshold)]
         anomalies["drift"] = drift_anomalies
     warnings = sparse_warnings(statistics, kinds, columns, settings.min_feature_presence) \
         + tolerated_unseen(statistics, schema, label, problems)
