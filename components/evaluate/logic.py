@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -39,6 +40,10 @@ class Evaluation:
     linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
     misclassified: List[dict] = field(default_factory=list)  # image models: the mistakes' files (misclassified.py)
     compressed: Optional[dict] = None  # serving.export float16/int8: both forms' sizes and metrics (compressed.py)
+    # where run_evaluate's wall time went: model_load, scoring_pass (the eval split read, parsed
+    # and scored once, the baseline's columns with it), linear_baseline (its fit and scores),
+    # total (run_evaluate's: the process's start and imports are not in it)
+    seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
@@ -301,7 +306,9 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     `fail_if_not_blessed`, an unblessed model then fails the step."""
     from components.store.served import served_version
 
+    started = time.monotonic()
     predictions, linear, why = score_with_baseline(model_dir, examples_dir, list(settings.slices))
+    scored = time.monotonic()
     evaluation = evaluate_predictions(predictions)
     trivial = trivial_scores(predictions)
     evaluation.trivial = dict(trivial.metrics)
@@ -329,6 +336,9 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
 
         evaluation.misclassified = write_misclassified(model_dir, examples_dir, predictions.labels,
                                                        predictions.probabilities, predictions.classes, blessing_dir)
+    evaluation.seconds = {**{k: round(v, 3) for k, v in predictions.seconds.items()},
+                          "linear_baseline": round(scored - started - sum(predictions.seconds.values()), 3),
+                          "total": round(time.monotonic() - started, 3)}
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)

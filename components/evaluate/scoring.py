@@ -6,6 +6,7 @@ per-slice metrics computed from group codes, not a metric call per value."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -28,6 +29,7 @@ class Predictions:
     slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
     task: str = "multiclass"
     columns: Dict[str, np.ndarray] = field(default_factory=dict)  # predict's `columns`, one value per row
+    seconds: Dict[str, float] = field(default_factory=dict)  # model_load, scoring_pass (wall)
 
 
 def _cores() -> int:
@@ -85,6 +87,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
     return per row, parsed in the same pass (numeric float, NaN missing; categorical bytes)."""
     import tensorflow as tf
 
+    started = time.monotonic()
     specs = load_feature_specs(model_dir)
     regression = specs.task == "regression"
     model_spec = {f.name: kind.parse_feature(f) for kind, f in specs.each()}
@@ -116,6 +119,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
         model_inputs = {k: tf.squeeze(parsed[k], -1) for k in model_spec} if raw is not None else {}
         return batch, model_inputs, {k: tf.squeeze((extra if k in extra else parsed)[k], -1) for k in wanted}
 
+    loaded_at = time.monotonic()
     cores = _cores()
     dataset = eval_records(examples_dir).batch(SCORE_BATCH).map(parse, num_parallel_calls=cores, deterministic=True)
     output = names.PREDICTIONS if regression else names.PROBABILITIES
@@ -135,7 +139,8 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
     probabilities = np.concatenate(outputs) if outputs else np.empty((0,) if regression else (0, width))
     return Predictions(classes=list(specs.classes), labels=labels, probabilities=probabilities,
                        slice_values={s: _text(got[safe_name(s)]) for s in slices}, task=specs.task,
-                       columns={k: got[k] for k in (columns or {})})
+                       columns={k: got[k] for k in (columns or {})},
+                       seconds={"model_load": loaded_at - started, "scoring_pass": time.monotonic() - loaded_at})
 
 
 def _groups(values: np.ndarray):
