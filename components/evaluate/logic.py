@@ -276,21 +276,26 @@ def linear_evaluation(examples_dir: str, pred: Predictions, train=None) -> Tuple
 def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
     """(the candidate's predictions, the linear baseline's evaluation or None, why none) in
     one read of the eval split: the baseline's columns come from the candidate's scoring
-    pass, and its train rows are read beside that pass."""
+    pass; its fit is the model's linear start when that is the same fit (linear.py:
+    saved_fit), else fitted on train rows read beside that pass."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from components.evaluate.linear import baseline_input, read_train
+    from components.evaluate.linear import baseline_input, read_train, saved_fit
     from components.kinds import load_feature_specs
 
     found, why = baseline_input(examples_dir)
     if found is None:
         predictions = predict(model_dir, examples_dir, slices)
         return predictions, None, why
-    regression = load_feature_specs(model_dir).task == "regression"
-    with ThreadPoolExecutor(1) as pool:
-        train = pool.submit(read_train, examples_dir, found, regression)
+    task = load_feature_specs(model_dir).task
+    rows = saved_fit(model_dir, found, task)  # the model's linear start, when it is this baseline
+    if rows is not None:
         predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
-        rows = train.result()
+    else:
+        with ThreadPoolExecutor(1) as pool:
+            train = pool.submit(read_train, examples_dir, found, task == "regression")
+            predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
+            rows = train.result()
     linear, why = linear_evaluation(examples_dir, predictions, rows)
     return predictions, linear, why
 

@@ -142,6 +142,21 @@ def with_linear_start(examples_dir: str, statistics_dir: str, plan):
     return dataclasses.replace(plan, target=start.target, target_why=start.why, model_specs=start.specs), start
 
 
+def save_for_evaluate(examples_dir: str, model_dir: str, start: Optional[LinearStart], train_rows: int) -> None:
+    """A classifier's linear start beside the model (contracts/linear.py: write_linear_fit):
+    read from these examples, label, features and rows, it is the baseline evaluate fits, and
+    evaluate takes it instead of reading the train split again (evaluate/linear.py: saved_fit)."""
+    from components.contracts.examples import read_manifest
+    from components.contracts.linear import write_linear_fit
+
+    fingerprint = (read_manifest(examples_dir) or {}).get("source_fingerprint")
+    if start is None or start.specs.task == "regression" or not fingerprint:
+        return
+    write_linear_fit(model_dir, start.design, start.fit, {
+        "examples": str(fingerprint), "label": start.specs.label, "kinds": _kinds(start.specs),
+        "train_rows": int(train_rows)}, start.fit_rows)
+
+
 @contextlib.contextmanager
 def read_beside(plan, make_validation):
     """Yields the validation slice's dataset (`make_validation()`), its first pass (the
