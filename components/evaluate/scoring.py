@@ -29,7 +29,7 @@ class Predictions:
     slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
     task: str = "multiclass"
     columns: Dict[str, np.ndarray] = field(default_factory=dict)  # predict's `columns`, one value per row
-    seconds: Dict[str, float] = field(default_factory=dict)  # model_load, scoring_pass (wall)
+    seconds: Dict[str, float] = field(default_factory=dict)  # model_load, scoring_pass (wall), scoring_pass_cpu
 
 
 def _cores() -> int:
@@ -119,7 +119,7 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
         model_inputs = {k: tf.squeeze(parsed[k], -1) for k in model_spec} if raw is not None else {}
         return batch, model_inputs, {k: tf.squeeze((extra if k in extra else parsed)[k], -1) for k in wanted}
 
-    loaded_at = time.monotonic()
+    loaded_at, cpu_at = time.monotonic(), time.process_time()
     cores = _cores()
     dataset = eval_records(examples_dir).batch(SCORE_BATCH).map(parse, num_parallel_calls=cores, deterministic=True)
     output = names.PREDICTIONS if regression else names.PROBABILITIES
@@ -140,7 +140,8 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
     return Predictions(classes=list(specs.classes), labels=labels, probabilities=probabilities,
                        slice_values={s: _text(got[safe_name(s)]) for s in slices}, task=specs.task,
                        columns={k: got[k] for k in (columns or {})},
-                       seconds={"model_load": loaded_at - started, "scoring_pass": time.monotonic() - loaded_at})
+                       seconds={"model_load": loaded_at - started, "scoring_pass": time.monotonic() - loaded_at,
+                                "scoring_pass_cpu": time.process_time() - cpu_at})
 
 
 def _groups(values: np.ndarray):
