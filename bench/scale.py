@@ -9,7 +9,8 @@ fresh runs directory with nothing reused (--no-cache), and prints:
 - each step's wall time and its task's peak RSS (the run's record, gpupipe-run.json);
 - the train task's phases (its report's `phases`: seconds, share, cores busy);
 - ingest's rows/s (CSV rows over the step's time, statistics included) and evaluate's (eval
-  rows over its time).
+  rows over its time, end to end; and over its scoring pass alone, the steady state, from
+  evaluation.json's `seconds`: at 200k eval rows the task's fixed start dominates).
 
 Tasks start cold by default (`gpupipe run --cold`: a new Python per task, as a pod runs it),
 so each peak RSS is that task's own; --warm forks them from the warm server, whose pages
@@ -93,7 +94,13 @@ def render(rows: int, csv_mb: float, result: dict) -> str:
     lines += ["", f"ingest: {ingested / steps['ingest']['seconds']:,.0f} rows/s ({ingested:,} rows, statistics "
                   "included)"]
     if eval_rows:
-        lines.append(f"evaluate: {eval_rows / steps['evaluate']['seconds']:,.0f} eval rows/s ({eval_rows:,} rows)")
+        lines.append(f"evaluate: {eval_rows / steps['evaluate']['seconds']:,.0f} eval rows/s end to end ({eval_rows:,} "
+                     "rows over the step's time: the task's process start, imports and KFP's executor included)")
+        spent = result["evaluation"].get("seconds") or {}
+        if spent.get("scoring_pass"):
+            lines.append(f"evaluate's scoring pass: {eval_rows / spent['scoring_pass']:,.0f} eval rows/s (the split read, "
+                         "parsed and scored once, the baseline's columns with it); run_evaluate "
+                         + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
     for key in ("examples_per_second", "first_epoch_seconds", "train_seconds", "input_wait_fraction",
                 "input_cache"):
         lines.append(f"train {key}: {train.get(key)}")

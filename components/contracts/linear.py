@@ -176,3 +176,50 @@ def fit_linear(matrix, y: np.ndarray, regression: bool, classes: List[str]) -> L
         if c in rows:
             coef[:, i], intercept[i] = rows[c]
     return LinearFit("LogisticRegression", coef, intercept, False)
+
+
+# The linear start's fit, saved beside the model (assets.extra/, TF Serving ignores it) for
+# evaluate: on the same examples, rows and features it is the baseline evaluate would fit.
+LINEAR_FIT_FILE = "gpupipe_linear_fit.json"
+
+
+def _fit_path(model_dir: str) -> str:
+    from components.contracts import storage
+
+    return storage.join(model_dir, "assets.extra", LINEAR_FIT_FILE)
+
+
+def write_linear_fit(model_dir: str, design: LinearDesign, fit: LinearFit, source: dict, fit_rows: int) -> None:
+    """`source`: what the fit was read from (the examples' fingerprint, label, kinds, train rows),
+    which evaluate compares with its own before it takes the fit as its baseline; `fit_rows`:
+    the rows it was fitted on."""
+    import base64
+    import json
+
+    from components.contracts import storage
+
+    storage.write_text(_fit_path(model_dir), json.dumps({
+        "source": source, "fit_rows": int(fit_rows), "name": fit.name, "regression": fit.regression,
+        "coef": fit.coef.tolist(), "intercept": fit.intercept.tolist(),
+        "numeric": [[c.name, c.fill, c.mean, c.std] for c in design.numeric],
+        "categorical": [[c.name, [base64.b64encode(v).decode("ascii") for v in c.values]]
+                        for c in design.categorical]}))
+
+
+def read_linear_fit(model_dir: str):
+    """(the design, the fit, its `source` and fit_rows) written by write_linear_fit, or None."""
+    import base64
+    import json
+
+    from components.contracts import storage
+
+    text = storage.read_text(_fit_path(model_dir))
+    if text is None:
+        return None
+    raw = json.loads(text)
+    design = LinearDesign([NumericColumn(*c) for c in raw["numeric"]],
+                          [CategoricalColumn(n, [base64.b64decode(v) for v in values])
+                           for n, values in raw["categorical"]])
+    fit = LinearFit(raw["name"], np.asarray(raw["coef"], np.float64), np.asarray(raw["intercept"], np.float64),
+                    raw["regression"])
+    return design, fit, raw["source"], int(raw.get("fit_rows", 0))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -17,25 +18,13 @@ import numpy as np
 from components.contracts import names
 from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError, reports_errors
-from components.contracts.examples import split_files
-from components.kinds import load_feature_specs
-from components.contracts.settings import safe_name
 from components.evaluate.compressed import check_compressed, render_forms
+from components.evaluate.scoring import Predictions, predict, slice_metrics  # noqa: F401  (Predictions: the API)
 from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
                                         pr_curve, regression_metrics, roc_curve)
 from components.evaluate.settings import EvaluationSettings
 
-SCORE_BATCH = 1024
 EVALUATION_FILE = names.EVALUATION_FILE
-
-
-@dataclass
-class Predictions:
-    classes: List[str]  # empty for regression
-    labels: np.ndarray  # class index per row (-1: a label unseen in training), or the regression target
-    probabilities: np.ndarray  # [rows, classes], or [rows] predictions for regression
-    slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
-    task: str = "multiclass"
 
 
 @dataclass
@@ -51,39 +40,16 @@ class Evaluation:
     linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
     misclassified: List[dict] = field(default_factory=list)  # image models: the mistakes' files (misclassified.py)
     compressed: Optional[dict] = None  # serving.export float16/int8: both forms' sizes and metrics (compressed.py)
+    # where run_evaluate's wall time went: model_load, scoring_pass (the eval split read, parsed
+    # and scored once, the baseline's columns with it; and its CPU seconds, every thread's:
+    # scoring_pass_cpu), linear_baseline (its fit and scores),
+    # total (run_evaluate's: the process's start and imports are not in it)
+    seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
     def per_class(self) -> Dict[str, Dict[str, float]]:
         return {c: {"precision": self.metrics[f"precision/{c}"], "recall": self.metrics[f"recall/{c}"]}
                 for c in self.classes}
-
-
-def predict(model_dir: str, examples_dir: str, slices: List[str], serve=None) -> Predictions:
-    """Runs the model's `serving_examples` signature over the eval split (`serve`: another
-    function from a batch of serialized examples to the outputs, e.g. the TFLite model's)."""
-    import tensorflow as tf
-
-    specs = load_feature_specs(model_dir)
-    if serve is None:
-        signature = tf.saved_model.load(model_dir).signatures[names.EXAMPLES_SIGNATURE]
-        serve = lambda batch: signature(examples=batch)  # noqa: E731
-    files = split_files(examples_dir, names.EVAL_SPLIT)
-    regression = specs.task == "regression"
-    spec = {specs.label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
-    # The examples name a column by its safe name; a slice keeps the name the config gives.
-    spec.update({safe_name(s): tf.io.FixedLenFeature([], tf.string, default_value="") for s in slices})
-    index = {c: i for i, c in enumerate(specs.classes)}
-    probs, labels, sliced = [], [], {s: [] for s in slices}
-    output = names.PREDICTIONS if regression else names.PROBABILITIES
-    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(SCORE_BATCH):
-        probs.append(np.asarray(serve(batch)[output]))
-        parsed = tf.io.parse_example(batch, spec)
-        raw = parsed[specs.label].numpy()
-        labels.append(raw if regression else np.array([index.get(v.decode("utf-8"), -1) for v in raw]))
-        for s in slices:
-            sliced[s].append(np.array([v.decode("utf-8") for v in parsed[safe_name(s)].numpy()], dtype=object))
-    return Predictions(classes=list(specs.classes), labels=np.concatenate(labels), probabilities=np.concatenate(probs),
-                       slice_values={s: np.concatenate(v) for s, v in sliced.items()}, task=specs.task)
 
 
 def evaluate_predictions(pred: Predictions) -> Evaluation:
@@ -92,21 +58,11 @@ def evaluate_predictions(pred: Predictions) -> Evaluation:
     y, p = pred.labels, pred.probabilities
     if pred.task == "regression":
         metrics = {**regression_metrics(y, p), "examples": int(len(y))}
-        slices = {feature: {value or "<missing>": {"examples": int((values == value).sum()),
-                                                   **regression_metrics(y[values == value], p[values == value])}
-                            for value in sorted(set(values))}
-                  for feature, values in pred.slice_values.items()}
+        slices = {feature: slice_metrics(y, p, values, True) for feature, values in pred.slice_values.items()}
         return Evaluation(metrics=metrics, classes=[], confusion_matrix=[], slices=slices)
     metrics = classification_metrics(y, p, pred.classes)
     metrics["examples"] = int(len(y))
-    slices = {}
-    for feature, values in pred.slice_values.items():
-        slices[feature] = {}
-        for value in sorted(set(values)):
-            rows = values == value
-            m = classification_metrics(y[rows], p[rows], pred.classes)
-            slices[feature][value or "<missing>"] = {"examples": int(rows.sum()), "accuracy": m["accuracy"],
-                                                    "log_loss": m["log_loss"]}
+    slices = {feature: slice_metrics(y, p, values, False) for feature, values in pred.slice_values.items()}
     roc, pr = None, None
     if len(pred.classes) == 2:
         known = y >= 0
@@ -302,18 +258,47 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
     return "\n".join(lines) + "\n"
 
 
-def linear_evaluation(examples_dir: str, pred: Predictions) -> Tuple[Optional[Evaluation], str]:
+def linear_evaluation(examples_dir: str, pred: Predictions, train=None) -> Tuple[Optional[Evaluation], str]:
     """(the linear baseline (components/evaluate/linear.py) scored like the candidate, with
-    the candidate's classes, ""), or (None, why there is none)."""
+    the candidate's classes, on the eval rows of `pred` (its `columns`, when its pass read
+    them; `train`: the baseline's train rows, read_train's), ""), or (None, why there is none)."""
     from components.evaluate.linear import linear_baseline
 
-    found, why = linear_baseline(examples_dir, pred.task, pred.classes)
+    found, why = linear_baseline(examples_dir, pred.task, pred.classes, pred.columns or None,
+                                 pred.labels if pred.columns else None, train)
     if found is None:
         return None, why
     scored = evaluate_predictions(Predictions(classes=pred.classes, labels=found.labels,
                                               probabilities=found.predictions, slice_values={}, task=pred.task))
     scored.linear_model = found.name
     return scored, ""
+
+
+def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
+    """(the candidate's predictions, the linear baseline's evaluation or None, why none) in
+    one read of the eval split: the baseline's columns come from the candidate's scoring
+    pass; its fit is the model's linear start when that is the same fit (linear.py:
+    saved_fit), else fitted on train rows read beside that pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from components.evaluate.linear import baseline_input, read_train, saved_fit
+    from components.kinds import load_feature_specs
+
+    found, why = baseline_input(examples_dir)
+    if found is None:
+        predictions = predict(model_dir, examples_dir, slices)
+        return predictions, None, why
+    task = load_feature_specs(model_dir).task
+    rows = saved_fit(model_dir, found, task)  # the model's linear start, when it is this baseline
+    if rows is not None:
+        predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
+    else:
+        with ThreadPoolExecutor(1) as pool:
+            train = pool.submit(read_train, examples_dir, found, task == "regression")
+            predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
+            rows = train.result()
+    linear, why = linear_evaluation(examples_dir, predictions, rows)
+    return predictions, linear, why
 
 
 @reports_errors("evaluate")
@@ -327,11 +312,12 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     `fail_if_not_blessed`, an unblessed model then fails the step."""
     from components.store.served import served_version
 
-    predictions = predict(model_dir, examples_dir, list(settings.slices))
+    started = time.monotonic()
+    predictions, linear, why = score_with_baseline(model_dir, examples_dir, list(settings.slices))
+    scored = time.monotonic()
     evaluation = evaluate_predictions(predictions)
     trivial = trivial_scores(predictions)
     evaluation.trivial = dict(trivial.metrics)
-    linear, why = linear_evaluation(examples_dir, predictions)
     if linear is not None:
         evaluation.linear, evaluation.linear_model = dict(linear.metrics), linear.linear_model
     elif settings.must_beat_baseline is True:
@@ -356,6 +342,10 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
 
         evaluation.misclassified = write_misclassified(model_dir, examples_dir, predictions.labels,
                                                        predictions.probabilities, predictions.classes, blessing_dir)
+    evaluation.seconds = {**{k: round(v, 3) for k, v in predictions.seconds.items()},
+                          "linear_baseline": round(scored - started - predictions.seconds.get("model_load", 0.0)
+                                                   - predictions.seconds.get("scoring_pass", 0.0), 3),
+                          "total": round(time.monotonic() - started, 3)}
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)

@@ -8,8 +8,7 @@ from typing import List
 
 import numpy as np
 
-from components.contracts import names
-from components.contracts.examples import split_files
+from components.evaluate.scoring import eval_records
 from components.kinds import load_feature_specs
 from components.kinds.image_header import image_format
 
@@ -37,7 +36,7 @@ def write_misclassified(model_dir: str, examples_dir: str, labels: np.ndarray, p
     feature = images[0].name
     spec = {feature: tf.io.FixedLenFeature([], tf.string, default_value="")}
     found = {}
-    records = tf.data.TFRecordDataset(split_files(examples_dir, names.EVAL_SPLIT), compression_type="GZIP")
+    records = eval_records(examples_dir)  # the order predict scored the rows in
     for row, record in enumerate(records.take(int(wrong.max()) + 1)):
         if row in wanted:
             found[row] = tf.io.parse_single_example(record, spec)[feature].numpy()

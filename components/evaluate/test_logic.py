@@ -1,4 +1,5 @@
 """Unit tests of evaluate: metrics by task, slices, TFMA-style blessing with a served baseline."""
+import dataclasses
 import json
 
 import numpy as np
@@ -274,7 +275,8 @@ def test_without_a_baseline_the_default_gate_notes_it_and_an_explicit_one_fails(
                                                                                    monkeypatch):
     import components.evaluate.logic as logic
 
-    monkeypatch.setattr(logic, "linear_evaluation", lambda examples, pred: (None, "the train split holds one class"))
+    monkeypatch.setattr(logic, "linear_evaluation",
+                        lambda examples, pred, *train: (None, "the train split holds one class"))
     # as the pipeline hands the settings over: the whole section as JSON (pipelines/factory.py)
     settings = EvaluationSettings.from_json(EvaluationSettings(metric="accuracy").model_dump_json())
     evaluation, blessing = run_evaluate(
@@ -287,3 +289,47 @@ def test_without_a_baseline_the_default_gate_notes_it_and_an_explicit_one_fails(
         run_evaluate(model_dir=penguin_model, examples_dir=penguin_examples, blessing_dir=str(tmp_path / "c"),
                      report_md=str(tmp_path / "r2.md"),
                      settings=EvaluationSettings(metric="accuracy", must_beat_baseline=True))
+
+
+def test_slice_metrics_for_every_value_at_once_match_the_metric_functions_per_value():
+    from components.evaluate.metrics import classification_metrics, regression_metrics
+    from components.evaluate.scoring import slice_metrics
+
+    rng = np.random.default_rng(0)
+    values = rng.choice(np.array(["a", "b", "", "c"], dtype=object), 500)
+    y = rng.integers(-1, 3, 500)  # -1: a label unseen in training
+    p = rng.dirichlet(np.ones(3), 500).astype(np.float32)
+    p[0] = [1.0, 0.0, 0.0]  # clipped as scikit-learn clips
+    y[0], values[0] = 1, "a"
+    got = slice_metrics(y, p, values, regression=False)
+    assert list(got) == ["<missing>", "a", "b", "c"]
+    for value, m in got.items():
+        rows = values == ("" if value == "<missing>" else value)
+        want = classification_metrics(y[rows], p[rows], ["x", "y", "z"])
+        assert m["examples"] == rows.sum()
+        assert m["accuracy"] == pytest.approx(want["accuracy"], abs=1e-12)
+        assert m["log_loss"] == pytest.approx(want["log_loss"], rel=1e-6)
+    target, pred = rng.normal(size=500), rng.normal(size=500)
+    for value, m in slice_metrics(target, pred, values, regression=True).items():
+        rows = values == ("" if value == "<missing>" else value)
+        want = regression_metrics(target[rows], pred[rows])
+        assert (m["rmse"], m["mae"]) == pytest.approx((want["rmse"], want["mae"]), rel=1e-9)
+
+
+def test_the_baseline_on_the_scoring_pass_rows_is_the_baseline_on_its_own_read(penguin_model, penguin_examples):
+    """The baseline scored on the candidate's pass, from the model's saved linear start (the
+    same examples, rows and features: the same fit), is the one fitted afresh on a read of
+    its own."""
+    from components.evaluate.linear import baseline_input, linear_baseline, saved_fit
+    from components.evaluate.logic import Predictions, evaluate_predictions, score_with_baseline
+
+    found, _ = baseline_input(penguin_examples)
+    assert saved_fit(penguin_model, found, "multiclass") is not None  # the linear start is this baseline
+    assert saved_fit(penguin_model, dataclasses.replace(found, train_rows=found.train_rows + 1), "multiclass") is None
+    pred, shared, why = score_with_baseline(penguin_model, penguin_examples, ["island"])
+    assert shared is not None and why == "" and set(pred.columns) >= {"bill_length_mm", "island"}
+    alone, _ = linear_baseline(penguin_examples, pred.task, pred.classes)  # reads the eval split itself
+    assert len(alone.labels) == len(pred.labels) == shared.metrics["examples"]
+    for key in ("accuracy", "log_loss"):
+        alone_scored = evaluate_predictions(Predictions(pred.classes, alone.labels, alone.predictions, {}, pred.task))
+        assert shared.metrics[key] == pytest.approx(alone_scored.metrics[key], rel=1e-9)

@@ -20,6 +20,7 @@ model scores the better rmse, in the label's units, is the one the network learn
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -141,6 +142,42 @@ def with_linear_start(examples_dir: str, statistics_dir: str, plan):
     return dataclasses.replace(plan, target=start.target, target_why=start.why, model_specs=start.specs), start
 
 
+def save_for_evaluate(examples_dir: str, model_dir: str, start: Optional[LinearStart], train_rows: int) -> None:
+    """A classifier's linear start beside the model (contracts/linear.py: write_linear_fit):
+    read from these examples, label, features and rows, it is the baseline evaluate fits, and
+    evaluate takes it instead of reading the train split again (evaluate/linear.py: saved_fit)."""
+    from components.contracts.examples import read_manifest
+    from components.contracts.linear import write_linear_fit
+
+    fingerprint = (read_manifest(examples_dir) or {}).get("source_fingerprint")
+    if start is None or start.specs.task == "regression" or not fingerprint:
+        return
+    write_linear_fit(model_dir, start.design, start.fit, {
+        "examples": str(fingerprint), "label": start.specs.label, "kinds": _kinds(start.specs),
+        "train_rows": int(train_rows)}, start.fit_rows)
+
+
+@contextlib.contextmanager
+def read_beside(plan, make_validation):
+    """Yields the validation slice's dataset (`make_validation()`), its first pass (the
+    read, the hash of every record, the parse into the memory cache: mostly one core)
+    running in a thread beside the body (the linear start: mostly one core too), done when
+    the body is; or yields None when that pass cannot run early: no slice, no memory cache
+    to keep it, or a regression, whose target the linear start may change."""
+    if not plan.held_out or plan.cache != names.CACHE_MEMORY or plan.specs.task == "regression":
+        yield None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    validation = make_validation()
+    with ThreadPoolExecutor(1, thread_name_prefix="validation-slice") as pool:
+        read = pool.submit(lambda: sum(1 for _ in validation))  # a whole pass: the cache is complete after it
+        try:
+            yield validation
+        finally:
+            read.result()
+
+
 class LinearDesignNumeric(tf_keras.layers.Layer):
     """[batch, numeric features] raw values (NaN missing) -> [batch, 2 x features]: each
     imputed with `fill` and standardised, then the missing indicators (the linear design's
@@ -229,6 +266,7 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         self.start_scores: dict = {}
         self.start_margin = 0.0
         self._start_rows: Optional[np.ndarray] = None
+        self._losses = None  # the traced per-row loss (_row_losses)
         self.passes = {"seconds": 0.0, "cpu_seconds": 0.0}  # its own passes over the slice (the report's phases)
 
     def _timed(self, started) -> None:
@@ -238,15 +276,20 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
     def _row_losses(self) -> np.ndarray:
         """The current weights' loss per row of the validation slice (squared error on the
         target's scale, or cross-entropy), in the slice's fixed order."""
-        losses = []
-        for features, target in self.validation:
-            out = tf.cast(self.model(features, training=False), tf.float32)
-            if out.shape[-1] == 1:
-                losses.append(tf.square(tf.reshape(tf.cast(target, tf.float32), [-1]) - tf.reshape(out, [-1])))
-            else:
+        if self._losses is None:  # one traced function (a model called eagerly per batch took seconds a pass)
+            model = self.model
+
+            @tf.function(reduce_retracing=True)
+            def losses(features, target):
+                out = tf.cast(model(features, training=False), tf.float32)
+                if out.shape[-1] == 1:
+                    return tf.square(tf.reshape(tf.cast(target, tf.float32), [-1]) - tf.reshape(out, [-1]))
                 picked = tf.gather(out, tf.maximum(tf.cast(target, tf.int32), 0), batch_dims=1)
-                losses.append(-tf.math.log(tf.maximum(picked, 1e-7)))
-        return np.concatenate([v.numpy() for v in losses]) if losses else np.empty(0)
+                return -tf.math.log(tf.maximum(picked, 1e-7))
+
+            self._losses = losses
+        rows = [self._losses(features, target).numpy() for features, target in self.validation]
+        return np.concatenate(rows) if rows else np.empty(0)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)

@@ -146,8 +146,8 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
         estimated_bytes=estimated)
 
 
-def training_inputs(examples_dir: str, plan: Plan, cache_dir: str):
-    """(the train batches, repeated; the validation slice's, or None)."""
+def training_inputs(examples_dir: str, plan: Plan, cache_dir: str, validation=None):
+    """(the train batches, repeated; the validation slice's (`validation`: one made before), or None)."""
     from components.train.data import make_dataset
 
     s, pattern = plan.settings, examples_pattern(examples_dir, names.TRAIN_SPLIT)
@@ -155,17 +155,23 @@ def training_inputs(examples_dir: str, plan: Plan, cache_dir: str):
                            cache=plan.cache, cache_dir=cache_dir, shuffle_buffer=s.shuffle_buffer,
                            validation_percent=plan.held_out, part="train" if plan.held_out else "all",
                            target=plan.target)
-    if not plan.held_out:
-        return dataset, None
-    # The validation slice: held-out train rows (never the eval split), kept in memory after
-    # its first pass when the train split fits the memory budget. Its first pass hashes every
-    # record it reads, so past VALIDATION_ROWS held-out rows it reads only the share of the
-    # shards that holds about that many (spread over them): at 2M rows the slice's first pass
-    # read the whole split, 62.5 s of a 160 s train task (docs/benchmarks.md, "Scale").
+    made = validation if validation is not None else validation_input(examples_dir, plan) if plan.held_out else None
+    return dataset, made
+
+
+def validation_input(examples_dir: str, plan: Plan):
+    """The validation slice's batches (plan.held_out > 0): held-out train rows (never the eval
+    split), kept in memory after its first pass when the train split fits the memory budget.
+    Its first pass hashes every record it reads, so past VALIDATION_ROWS held-out rows it
+    reads only the share of the shards that holds about that many (spread over them): at 2M
+    rows the slice's first pass read the whole split, 62.5 s of a 160 s train task
+    (docs/benchmarks.md, "Scale")."""
+    from components.train.data import make_dataset
+
     held_rows = plan.train_rows - plan.fit_rows
-    return dataset, make_dataset(
-        pattern, plan.specs, plan.global_batch, shuffle=False, seed=s.seed,
-        cache=names.CACHE_MEMORY if plan.cache == names.CACHE_MEMORY else names.CACHE_NONE,
+    return make_dataset(
+        examples_pattern(examples_dir, names.TRAIN_SPLIT), plan.specs, plan.global_batch, shuffle=False,
+        seed=plan.settings.seed, cache=names.CACHE_MEMORY if plan.cache == names.CACHE_MEMORY else names.CACHE_NONE,
         validation_percent=plan.held_out, part="validation", target=plan.target,
         shard_share=min(1.0, VALIDATION_ROWS / held_rows) if held_rows else 1.0)
 
@@ -257,16 +263,17 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     phases = phases or Phases()
     graph_code_without_autograph()
     plan = plan_training(statistics_dir, columns, settings, phases)
-    start = None
+    start, validation = None, None
     if settings.linear_start and not settings.custom_model:  # the model contains the linear model, starts from it
-        from components.train.linear_start import with_linear_start
+        from components.train.linear_start import read_beside, save_for_evaluate, with_linear_start
 
-        plan, start = with_linear_start(examples_dir, statistics_dir, plan)
-        phases.mark(phase.LINEAR_START)
+        with read_beside(plan, lambda: validation_input(examples_dir, plan)) as validation:
+            plan, start = with_linear_start(examples_dir, statistics_dir, plan)
+        phases.mark(phase.LINEAR_START if validation is None else phase.LINEAR_START_BESIDE)
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         print(f"input: {INPUT_DESCRIPTIONS[plan.cache]} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
               "parsed)", flush=True)
-        dataset, validation = training_inputs(examples_dir, plan, cache_dir)
+        dataset, validation = training_inputs(examples_dir, plan, cache_dir, validation)
         model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
                               plan.target, start)
         phases.mark(phase.MODEL)
@@ -282,6 +289,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
                 seed=settings.seed, target=plan.target))
             phases.mark(phase.SMEARING)
         export_model(model, plan.specs, model_dir, run.chief, plan.target, smearing)
+        if run.chief and start is not None:  # the baseline evaluate would fit: it takes this one
+            save_for_evaluate(examples_dir, model_dir, start, plan.train_rows)
         if run.backup and run.chief:
             run.backup.discard()  # the model is whole; a later retry need not resume
         phases.mark(phase.EXPORT)

@@ -9,7 +9,9 @@ adds up):
 - staging: inputs copied from an object store into local scratch (remote inputs only);
 - statistics and vocabularies: the train split's statistics read, the feature specs (the
   vocabularies) and the regression target built from them;
-- linear start: the linear model fitted on the train split (training.linear_start);
+- linear start: the linear model fitted on the train split (training.linear_start); with
+  a memory-cached slice (classification), the validation slice's first pass runs beside it
+  in a thread ("linear start, the validation slice's read beside it": the two together);
 - model and input: the model built and compiled, the input pipelines set up;
 - validation slice: every pass over the held-out slice inside `fit` (Keras' validation
   after each epoch, the linear start's scores before the first and after each);
@@ -32,6 +34,7 @@ START = "start"
 STAGING = "staging"
 STATISTICS = "statistics and vocabularies"
 LINEAR_START = "linear start"
+LINEAR_START_BESIDE = "linear start, the validation slice's read beside it"
 MODEL = "model and input"
 VALIDATION = "validation slice"
 FIT_OTHER = "fit, outside the epochs"
