@@ -199,7 +199,7 @@ def test_inits_config_unedited_is_blessed_and_beats_it_without_the_text_by_5_poi
 
     result = compare(write_reviews(tmp_path / "synthetic_reviews.csv", 800), tmp_path)
     assert result["proposed"]["text_features"] == ["review"]
-    with_text, without = result["with_text"], result["without_text"]
+    with_text, without = result["with"], result["without_text_features"]
     assert with_text["blessed"], result
     assert with_text["auc"] >= without["auc"] + 0.05, result
 
