@@ -97,6 +97,26 @@ def test_split_hashes_the_features_never_the_label():
         assert len(set(is_eval[rows])) == 1
 
 
+def test_the_split_hash_is_pandas_hash_of_the_plain_columns():
+    """split_is_eval hashes text columns dictionary-encoded: the same hashes as pandas' of the
+    plain columns (with missing values), so every row stays in the split it had."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from components.ingest.tables import _HASH_KEY, split_is_eval
+
+    n = 2000
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([None if i % 11 == 0 else f"v{i % 37}" for i in range(n)]),
+        pa.array([None if i % 7 == 0 else i / 3 for i in range(n)], pa.float32()),
+        pa.array([None if i % 13 == 0 else f"é{i}" for i in range(n)]),
+    ], ["a", "x", "b"])
+    plain = pd.util.hash_pandas_object(batch.to_pandas(), index=False, hash_key=_HASH_KEY.ljust(16)[:16]).to_numpy()
+    expected = (plain % np.uint64(100)) < np.uint64(30)
+    assert (split_is_eval(batch, 30, ["a", "x", "b"]) == expected).all() and 0 < expected.sum() < n
+
+
 def test_rows_with_the_same_features_and_different_labels_land_in_one_split(tmp_path, make_csv):
     """Acceptance (issue #27, 1): each feature tuple is in the table twice, once per label;
     both copies are in the same split, in process as the Beam job (components/ingest/
