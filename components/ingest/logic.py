@@ -1,5 +1,8 @@
 """Ingest: CSV, Parquet or TFRecord into gzip TFRecord shards of tf.train.Example, one
-folder per split (reading: components/sources/readers.py).
+folder per split (reading: components/sources/readers.py), and the same rows as column
+blocks for the train input (contracts/examples.py). A large source is prepared, encoded and
+written by one worker process per core (parallel.py), each with its own shards and
+statistics, merged at the end.
 
 Rows are read in Arrow batches and written as they come, so memory stays flat. The
 train/eval split is a deterministic hash of `data.split.key` (any column of the data)
@@ -51,12 +54,12 @@ class _ShardWriter:
 
     def write(self, records: List[bytes]) -> None:
         self.wait()
-        self._pending = _POOL.submit(self._write, records)
+        self._pending = _pool().submit(self._write, records)
 
     def write_blocks(self, columns: pa.RecordBatch, records: List[bytes]) -> None:
         """`columns`' rows (their row-wise `records`, for the slice buckets) as column blocks."""
         self.wait()
-        self._pending = _POOL.submit(self._write_blocks, columns, records)
+        self._pending = _pool().submit(self._write_blocks, columns, records)
 
     def _write_blocks(self, columns: pa.RecordBatch, records: List[bytes]) -> None:
         buckets = self._tf.strings.to_hash_bucket_fast(records, 100).numpy()  # data.in_validation_slice's
@@ -92,7 +95,16 @@ class _ShardWriter:
             self._writer = None
 
 
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpupipe-shard-writer")
+_POOLS: Dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's writer threads (a forked worker's own: a pool copied by the fork
+    holds threads that do not exist in the child)."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        _POOLS[pid] = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpupipe-shard-writer")
+    return _POOLS[pid]
 
 
 class _Outputs:
