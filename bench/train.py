@@ -7,12 +7,14 @@ click-through table (13 numeric + 26 categorical columns, label).
               the first epoch (untimed) streams the shards and writes the parsed batches to
               local scratch; later epochs stream them back from disk
   streaming   the trainer's input over both budgets: every epoch streams the shards
-              (parallel interleaved gzip TFRecord reads, shuffle, batch, one vectorised
-              parse per batch, prefetch; components.train.data.make_dataset)
+              (parallel interleaved gzip TFRecord reads of ingest's column blocks, one
+              parse per window of blocks, rows reordered in the window, rebatched,
+              prefetch; components.train.data.make_dataset)
   naive       per-example parse, sequential reads, no prefetch
 and, without training, how fast the streaming and disk-cache inputs alone deliver batches
 and at what CPU cost (their capacity when the model runs elsewhere, as on a GPU), and the
-CPU cost of the streaming input's parts: gzip TFRecord reading and `parse_example`.
+CPU cost of the row-wise input's parts (data without column blocks): gzip TFRecord reading
+of the row shards and `parse_example` of one Example a row.
 
 Model: a 256-128-64 DNN over standardised numerics and hashed embeddings (dim 16).
 Each variant trains `--epochs` epochs; the first is warm-up, the rest are timed.

@@ -2,7 +2,15 @@
 `<dir>/{train,eval}/part-NNNNN.tfrecord.gz` gzip TFRecord shards of tf.train.Example, and
 `<dir>/manifest.json` (rows per split, source files, split rule, feature types), and
 `<dir>/statistics/stats.pb`, the TFDV statistics ingest computed while it held the rows
-(validate reuses them)."""
+(validate reuses them).
+
+Beside the shards, for the train input alone: `<dir>/blocks/{train,eval}/part-NNNNN.tfrecord.gz`,
+the same rows in column blocks (`encode_blocks`): one tf.train.Example holds up to
+BLOCK_ROWS consecutive rows of a split, each feature a list of their values (a missing
+number NaN, a missing string empty: what the row-wise parse fills in), so one parse reads a
+block at a fraction of parsing its rows one Example each (docs/benchmarks.md, "Feeding the
+GPU"). Every other reader reads the row shards; data gpupipe did not write has no blocks
+and is read row by row."""
 from __future__ import annotations
 
 import json
@@ -38,6 +46,58 @@ def spread_shards(files: List[str], share: float, at_least: int = 1) -> List[str
         return list(files)
     count = min(len(files), max(at_least, math.ceil(len(files) * share)))
     return sorted({files[int(i * len(files) / count)] for i in range(count)})
+
+
+BLOCK_ROWS = 1024
+# Each row's validation-slice bucket (in_validation_slice's hash of its row-wise Example,
+# modulo 100), so the block input holds out the same rows as the row-wise one.
+SLICE_FEATURE = "__gpupipe_slice_bucket__"
+
+
+def block_shard_path(examples_dir: str, split: str, index: int) -> str:
+    return storage.join(examples_dir, "blocks", split, f"part-{index:05d}.tfrecord.gz")
+
+
+def block_files(file_pattern: str) -> List[str]:
+    """The column-block shards beside the row shards `file_pattern` names (an examples
+    artifact's `<dir>/<split>/part-*.tfrecord.gz`), sorted; [] when there are none."""
+    split_dir, _, name = file_pattern.rpartition("/")
+    examples_dir, _, split = split_dir.rpartition("/")
+    if name != "part-*.tfrecord.gz" or not examples_dir:
+        return []
+    return sorted(e.uri for e in storage.glob(storage.join(examples_dir, "blocks", split, "part-*.tfrecord.gz")))
+
+
+def encode_blocks(columns, buckets, rows: int = BLOCK_ROWS) -> list:
+    """A record batch of scalar float32 and string/binary columns (safe names) as column
+    blocks of `rows` rows (the last one shorter): a missing number NaN, a missing string
+    empty, and each row's validation-slice bucket (`buckets`) under SLICE_FEATURE."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from tfx_bsl.coders import example_coder
+
+    count = columns.num_rows
+    if not count:
+        return []
+    offsets = pa.array(np.append(np.arange(0, count, rows), count).astype(np.int32))
+    arrays = []
+    for column in columns.columns:
+        if pa.types.is_floating(column.type):
+            column = pc.fill_null(column.cast(pa.float32()), float("nan"))
+        else:
+            column = pc.fill_null(column.cast(pa.binary()), b"")
+        arrays.append(pa.ListArray.from_arrays(offsets, column))
+    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(np.asarray(buckets, np.int64))))
+    return example_coder.RecordBatchToExamples(
+        pa.RecordBatch.from_arrays(arrays, [*columns.schema.names, SLICE_FEATURE]))
+
+
+def blockable(types) -> bool:
+    """Whether columns of these Arrow types can be written as column blocks."""
+    import pyarrow as pa
+
+    return all(pa.types.is_float32(t) or pa.types.is_string(t) or pa.types.is_binary(t) for t in types)
 
 
 def ingest_statistics_dir(examples_dir: str) -> str:
@@ -86,13 +146,17 @@ def as_list_batch(batch):
 
 
 def encode_examples(batch, lists=None) -> list:
-    """A record batch as serialized tf.train.Example (tfx_bsl's Arrow encoder), its columns
-    under the names the SavedModel takes (safe_name)."""
+    """A record batch as serialized tf.train.Example, its columns under the names the
+    SavedModel takes (safe_name): numpy's vectorised encoder (example_encoder) for float32
+    and bytes columns of one value a row, tfx_bsl's Arrow encoder for the rest."""
     import pyarrow as pa
     from tfx_bsl.coders import example_coder
 
+    from components.contracts import example_encoder
     from components.contracts.settings import safe_name
 
     lists = lists if lists is not None else as_list_batch(batch)
     lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
+    if example_encoder.can_encode(lists):
+        return example_encoder.encode(lists)
     return example_coder.RecordBatchToExamples(lists)

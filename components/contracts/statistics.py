@@ -45,6 +45,17 @@ class StatisticsAccumulator:
             self._acc = [g.compact(a) for g, a in zip(self._generators, self._acc)]
         self.seconds += time.perf_counter() - started
 
+    def partial(self):
+        """The accumulators so far (picklable: what a worker process hands back), or None."""
+        return self._acc
+
+    def merge(self, partial) -> None:
+        """Adds another accumulator's `partial()` (the same options) to this one."""
+        if partial is None:
+            return
+        self._acc = partial if self._acc is None else [
+            g.merge_accumulators([a, p]) for g, a, p in zip(self._generators, self._acc, partial)]
+
     def result(self, name: str):
         """A DatasetFeatureStatisticsList with one dataset named `name`."""
         started = time.perf_counter()

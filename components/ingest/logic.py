@@ -1,5 +1,8 @@
 """Ingest: CSV, Parquet or TFRecord into gzip TFRecord shards of tf.train.Example, one
-folder per split (reading: components/sources/readers.py).
+folder per split (reading: components/sources/readers.py), and the same rows as column
+blocks for the train input (contracts/examples.py). A large source is prepared, encoded and
+written by one worker process per core (parallel.py), each with its own shards and
+statistics, merged at the end.
 
 Rows are read in Arrow batches and written as they come, so memory stays flat. The
 train/eval split is a deterministic hash of `data.split.key` (any column of the data)
@@ -9,33 +12,37 @@ value stays a missing feature (an empty Feature), never 0 or "nan".
 """
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from components.contracts import names
 from components.contracts.errors import reports_errors
-from components.contracts.examples import shard_path
+from components.contracts.examples import BLOCK_ROWS, block_shard_path, blockable, encode_blocks, shard_path
 from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
 from components.ingest.tables import (GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch,
                                       statistics_options, time_cutoff)
+from components.ingest.parallel import Workers, can_fork
 from components.sources import readers
 
 
 class _ShardWriter:
-    """Writes gzip TFRecord shards of at most `shard_rows` records into one split folder.
-    Records are written in a background thread (TFRecordWriter releases the GIL while it
-    compresses), so encoding the next batch overlaps with gzip of this one."""
+    """Writes gzip TFRecord shards of at most `shard_rows` rows into one split folder
+    (`path_of(index)`: a shard's path). Records are written in a background thread
+    (TFRecordWriter releases the GIL while it compresses), so encoding the next batch
+    overlaps with gzip of this one."""
 
-    def __init__(self, examples_dir: str, split: str, shard_rows: int, compression_level: int):
+    def __init__(self, path_of, shard_rows: int, compression_level: int):
         import tensorflow as tf
 
         self._tf = tf
-        self._dir, self._split = examples_dir, split
+        self._path_of = path_of
         self._shard_rows = shard_rows
         self._options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
         self._writer = None
@@ -43,19 +50,31 @@ class _ShardWriter:
         self._pending = None
         self.shards = 0
         self.rows = 0
-        tf.io.gfile.makedirs(os.path.dirname(shard_path(examples_dir, split, 0)))
+        tf.io.gfile.makedirs(os.path.dirname(path_of(0)))
 
     def write(self, records: List[bytes]) -> None:
         self.wait()
-        self._pending = _POOL.submit(self._write, records)
+        self._pending = _pool().submit(self._write, records)
 
-    def _write(self, records: List[bytes]) -> None:
-        for record in records:
+    def write_blocks(self, columns: pa.RecordBatch, records: List[bytes]) -> None:
+        """`columns`' rows (their row-wise `records`, for the slice buckets) as column blocks."""
+        self.wait()
+        self._pending = _pool().submit(self._write_blocks, columns, records)
+
+    def _write_blocks(self, columns: pa.RecordBatch, records: List[bytes]) -> None:
+        buckets = self._tf.strings.to_hash_bucket_fast(records, 100).numpy()  # data.in_validation_slice's
+        blocks = encode_blocks(columns, buckets)
+        sizes = [min(BLOCK_ROWS, columns.num_rows - i * BLOCK_ROWS) for i in range(len(blocks))]
+        self._write(blocks, sizes)
+
+    def _write(self, records: List[bytes], sizes: Optional[List[int]] = None) -> None:
+        for i, record in enumerate(records):
             if self._writer is None or self._in_shard >= self._shard_rows:
                 self._roll()
             self._writer.write(record)
-            self._in_shard += 1
-            self.rows += 1
+            size = sizes[i] if sizes else 1
+            self._in_shard += size
+            self.rows += size
 
     def wait(self) -> None:
         if self._pending is not None:
@@ -65,8 +84,7 @@ class _ShardWriter:
     def _roll(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        path = shard_path(self._dir, self._split, self.shards)
-        self._writer = self._tf.io.TFRecordWriter(path, options=self._options)
+        self._writer = self._tf.io.TFRecordWriter(self._path_of(self.shards), options=self._options)
         self.shards += 1
         self._in_shard = 0
 
@@ -74,30 +92,129 @@ class _ShardWriter:
         self.wait()
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
 
 
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpupipe-shard-writer")
+_POOLS: Dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's writer threads (a forked worker's own: a pool copied by the fork
+    holds threads that do not exist in the child)."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        _POOLS[pid] = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpupipe-shard-writer")
+    return _POOLS[pid]
+
+
+class _Outputs:
+    """What one process writes and counts: each split's row shards, column blocks (when
+    `with_blocks`) and statistics. `shard_index(n)`: the index of its n-th shard (a worker's
+    shards interleave with the others' by index, so the shards stay in the source's order)."""
+
+    def __init__(self, output_dir: str, settings: DataSettings, shard_rows: int, compression_level: int,
+                 with_statistics: bool, with_blocks: bool, shard_index=lambda n: n):
+        def paths(path_of, split):
+            return lambda n: path_of(output_dir, split, shard_index(n))
+
+        self.writers = {split: _ShardWriter(paths(shard_path, split), shard_rows, compression_level)
+                        for split in names.SPLITS}
+        self.block_writers = {split: _ShardWriter(paths(block_shard_path, split), shard_rows, compression_level)
+                              for split in names.SPLITS} if with_blocks else {}
+        self.statistics = {split: StatisticsAccumulator(statistics_options(settings))
+                           for split in names.SPLITS} if with_statistics else {}
+
+    def add(self, prepared) -> None:
+        for split, mask in prepared.masks():
+            records = prepared.records_of(mask)
+            self.writers[split].write(records)
+            if self.block_writers and mask.any():
+                self.block_writers[split].write_blocks(prepared.columns.filter(pa.array(mask)), records)
+            if self.statistics and mask.any():
+                self.statistics[split].add(prepared.lists.filter(pa.array(mask)))
+
+    def close(self) -> None:
+        for writer in [*self.writers.values(), *self.block_writers.values()]:
+            writer.close()
+
+    def counts(self) -> dict:
+        """Rows and shards per split, block shards, the statistics' partial accumulators and seconds."""
+        return {"rows": {s: w.rows for s, w in self.writers.items()},
+                "shards": {s: w.shards for s, w in self.writers.items()},
+                "block_shards": {s: w.shards for s, w in self.block_writers.items()},
+                "partials": {s: acc.partial() for s, acc in self.statistics.items()},
+                "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
+
+
+class _Worker:
+    """A worker process's part (parallel.Workers): prepares each batch it is given and writes
+    it to its own shards."""
+
+    def __init__(self, index: int, workers: int, output_dir: str, settings: DataSettings, split_key, **outputs):
+        self._settings, self._split_key = settings, split_key
+        self._outputs = _Outputs(output_dir, settings, shard_index=lambda n: n * workers + index, **outputs)
+
+    def add(self, batch: pa.RecordBatch, source: RowSource, cutoff: Optional[int]) -> None:
+        s = self._settings
+        _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
+        if prepared is not None:
+            self._outputs.add(prepared)
+
+    def finish(self) -> dict:
+        self._outputs.close()
+        return self._outputs.counts()
+
+
+def input_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a pod's cpuset, a taskset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# Sources at least this large are ingested by worker processes, one per core
+# (parallel.py); smaller ones in this process (a fork costs more than it saves there).
+PARALLEL_MIN_BYTES = 32 << 20
 
 
 def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool = False,
                 shard_rows: int = SHARD_ROWS, compression_level: int = GZIP_LEVEL,
-                with_statistics: bool = True) -> dict:
+                with_statistics: bool = True, workers: Optional[int] = None) -> dict:
     """Reads `settings.source` (CSV, Parquet or TFRecord; a file, directory, glob or gs://
     prefix; or the synthetic table) and writes `output_dir/{train,eval}/part-*.tfrecord.gz`
-    plus `output_dir/manifest.json`. Returns the manifest. `settings`: the config's data
+    (and the column blocks beside them, contracts/examples.py) plus
+    `output_dir/manifest.json`. Returns the manifest. `settings`: the config's data
     section; `numeric_label`: the label is a number (regression). The examples name each
     column by its safe name (contracts.settings.safe_name); the manifest's `columns` maps
     the renamed ones back to the data's names. `beam.ingest_data_beam` takes the same
     (settings, output_dir, numeric_label); the rest here tunes this in-process engine
-    (rows per shard, gzip level, statistics or not: bench/data.py measures them)."""
-    label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
+    (rows per shard, gzip level, statistics or not, worker processes: None for one per
+    core when the source is at least PARALLEL_MIN_BYTES, else none; bench/data.py
+    measures them)."""
+    label, split_key = settings.label, settings.split.key
     files = readers.resolve(settings.source, settings.format)
-    readers.check_file_columns(files[0], label, settings.features, split_key)
     types = column_types(settings, numeric_label, split_key)
-    cutoff = time_cutoff(files, settings, types)
-    writers = {split: _ShardWriter(output_dir, split, shard_rows, compression_level)
-               for split in names.SPLITS}
-    statistics = {split: StatisticsAccumulator(statistics_options(settings)) for split in names.SPLITS} if with_statistics else {}
+    # The column blocks beside the row shards (contracts/examples.py), but not for a kind
+    # read one example at a time (an image's bytes would be written twice for nothing).
+    with_blocks = blockable([t for name, t in types.items() if name != split_key or name in settings.features]) \
+        and not any(kind.per_example for _, kind, _ in settings.declared())
+    outputs = dict(shard_rows=shard_rows, compression_level=compression_level, with_statistics=with_statistics,
+                   with_blocks=with_blocks)
+    if workers is None:
+        workers = input_cores() if sum(f.size for f in files) >= PARALLEL_MIN_BYTES else 0
+    workers = workers if workers > 1 and can_fork() else 1
+    # Forked before this process reads a TFRecord source (TensorFlow's runtime then runs).
+    pool = Workers(workers, lambda i: _Worker(i, workers, output_dir, settings, split_key, **outputs)) \
+        if workers > 1 else None
+    local = None if pool else _Worker(0, 1, output_dir, settings, split_key, **outputs)
+    try:
+        readers.check_file_columns(files[0], label, settings.features, split_key)
+        cutoff = time_cutoff(files, settings, types)
+    except BaseException:
+        if pool:
+            pool.stop()
+        raise
     dropped_no_label = 0
     per_file: Dict[str, dict] = {}  # by unit: a file, or an image folder's class folder
     try:
@@ -106,28 +223,38 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             entry["bytes"] += unit.size
             source = RowSource(unit.uri, unit.format, unit.files)
             for batch in unit.batches:
-                dropped, prepared = prepare_batch(batch, settings, source, eval_percent, split_key, cutoff)
-                dropped_no_label += dropped
-                if prepared is None:
-                    continue
-                entry["rows"] += prepared.rows
-                for split, mask in prepared.masks():
-                    writers[split].write(prepared.records_of(mask))
-                    if statistics and mask.any():
-                        statistics[split].add(prepared.lists.filter(pa.array(mask)))
+                labelled = pc.sum(pc.is_valid(batch.column(0))).as_py() or 0 if batch.num_rows else 0
+                dropped_no_label += batch.num_rows - labelled
+                entry["rows"] += labelled
+                if labelled and pool:
+                    pool.submit(batch, source, cutoff)
+                elif labelled:
+                    local.add(batch, source, cutoff)
+        parts = pool.finish() if pool else [local.finish()]
     finally:
-        for writer in writers.values():
-            writer.close()
-    rows = {split: w.rows for split, w in writers.items()}
+        if pool:
+            pool.stop()
+        else:
+            local.finish()  # (closes the shards once; again a no-op)
+    rows = {split: sum(p["rows"][split] for p in parts) for split in names.SPLITS}
     stats = None
-    if statistics:
-        stats = {split: acc.result(split) for split, acc in statistics.items() if not acc.empty} \
+    if with_statistics:
+        merged = {split: StatisticsAccumulator(statistics_options(settings)) for split in names.SPLITS}
+        for part in parts:
+            for split, partial in part["partials"].items():
+                merged[split].merge(partial)
+        stats = {split: acc.result(split) for split, acc in merged.items() if not acc.empty} \
             if sum(rows.values()) else {}
-    tally = Tally(files=files, per_file=list(per_file.values()), rows=rows, shards={split: w.shards for split, w in writers.items()},
+    tally = Tally(files=files, per_file=list(per_file.values()), rows=rows,
+                  shards={split: sum(p["shards"][split] for p in parts) for split in names.SPLITS},
                   dropped_no_label=dropped_no_label, stats=stats,
-                  stats_seconds=sum(st.seconds for st in statistics.values()), cutoff=cutoff)
+                  stats_seconds=sum(p["stats_seconds"] for p in parts) + (
+                      sum(acc.seconds for acc in merged.values()) if with_statistics else 0), cutoff=cutoff)
+    blocks = {"rows": BLOCK_ROWS, "shards": {split: sum(p["block_shards"][split] for p in parts)
+                                             for split in names.SPLITS}} if with_blocks else None
     return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
-                         compression_level=compression_level)
+                         compression_level=compression_level, blocks=blocks,
+                         engine={"name": "local", "workers": workers})
 
 
 def pick_engine(settings: DataSettings) -> Tuple[str, Optional[float]]:

@@ -100,7 +100,8 @@ def test_same_manifest_apart_from_the_engine(both):
     on_disk = json.loads(open(os.path.join(both["dirs"]["beam"], "manifest.json")).read())
     assert on_disk == beam
     assert beam.pop("engine") == {"name": "beam", "runner": "DirectRunner", "pipeline_args": MULTI_PROCESS}
-    assert local.pop("engine") == {"name": "local"}
+    assert local.pop("engine") == {"name": "local", "workers": 1}
+    assert local.pop("blocks")["rows"] > 0  # the column blocks for the train input: the in-process engine's alone
     beam.pop("shards"), local.pop("shards")
     assert beam.pop("statistics") == {"file": "statistics/stats.pb"}
     assert local.pop("statistics")["file"] == "statistics/stats.pb"

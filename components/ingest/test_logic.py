@@ -97,6 +97,26 @@ def test_split_hashes_the_features_never_the_label():
         assert len(set(is_eval[rows])) == 1
 
 
+def test_the_split_hash_is_pandas_hash_of_the_plain_columns():
+    """split_is_eval hashes text columns dictionary-encoded: the same hashes as pandas' of the
+    plain columns (with missing values), so every row stays in the split it had."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from components.ingest.tables import _HASH_KEY, split_is_eval
+
+    n = 2000
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([None if i % 11 == 0 else f"v{i % 37}" for i in range(n)]),
+        pa.array([None if i % 7 == 0 else i / 3 for i in range(n)], pa.float32()),
+        pa.array([None if i % 13 == 0 else f"é{i}" for i in range(n)]),
+    ], ["a", "x", "b"])
+    plain = pd.util.hash_pandas_object(batch.to_pandas(), index=False, hash_key=_HASH_KEY.ljust(16)[:16]).to_numpy()
+    expected = (plain % np.uint64(100)) < np.uint64(30)
+    assert (split_is_eval(batch, 30, ["a", "x", "b"]) == expected).all() and 0 < expected.sum() < n
+
+
 def test_rows_with_the_same_features_and_different_labels_land_in_one_split(tmp_path, make_csv):
     """Acceptance (issue #27, 1): each feature tuple is in the table twice, once per label;
     both copies are in the same split, in process as the Beam job (components/ingest/
@@ -322,3 +342,99 @@ def test_unreadable_sources_fail_with_one_line(tmp_path, make, expected):
 def write(path, content):
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     return str(path)
+
+
+def test_the_vectorised_encoder_parses_as_tfx_bsl_does():
+    """contracts.example_encoder against tfx_bsl's encoder: missing values, empty and
+    non-ASCII strings, strings long enough for two-byte lengths, a column missing in every row."""
+    import numpy as np
+    import pyarrow as pa
+    from tfx_bsl.coders import example_coder
+
+    from components.contracts import example_encoder
+    from components.contracts.examples import as_list_batch
+
+    n = 300
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([["a", "b"][i % 2] for i in range(n)]),
+        pa.array([None if i % 7 == 0 else i * 0.5 for i in range(n)], pa.float32()),
+        pa.array([None if i % 5 == 0 else ("" if i % 3 == 0 else "é" * (i % 200)) for i in range(n)]),
+        pa.array([None] * n, pa.string()),
+        pa.array([bytes([i % 256]) * (i % 40) for i in range(n)], pa.binary()),
+    ], ["label", "x", "s", "never", "raw"])
+    lists = as_list_batch(batch)
+    assert example_encoder.can_encode(lists)
+    ours, theirs = example_encoder.encode(lists), example_coder.RecordBatchToExamples(lists)
+    assert len(ours) == n
+    for a, b in zip(ours, theirs):
+        assert tf.train.Example.FromString(a) == tf.train.Example.FromString(b)
+    spec = {"label": tf.io.FixedLenFeature([1], tf.string), "x": tf.io.FixedLenFeature([1], tf.float32, [np.nan]),
+            "s": tf.io.FixedLenFeature([1], tf.string, [""]), "never": tf.io.FixedLenFeature([1], tf.string, ["-"]),
+            "raw": tf.io.FixedLenFeature([1], tf.string, [""])}
+    a, b = tf.io.parse_example(ours, spec), tf.io.parse_example(theirs, spec)
+    for name in spec:
+        np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+    assert example_encoder.encode(lists.slice(0, 0)) == []
+
+
+def _ingest_in_a_new_process(src: str, out: str, workers: int, shard_rows: int = 500) -> None:
+    """ingest_data in a fresh Python (workers are forked only before TensorFlow's runtime
+    has started, which other tests in this process start)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from components.ingest.logic import ingest_data; "
+            "from components.ingest.test_logic import data; "
+            "print(json.dumps(ingest_data(data(sys.argv[1]), sys.argv[2], workers=int(sys.argv[3]), "
+            "shard_rows=int(sys.argv[4]))))")
+    done = subprocess.run([sys.executable, "-c", code, src, out, str(workers), str(shard_rows)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_worker_processes_write_what_one_process_writes(tmp_path, make_csv):
+    """workers=2: the same rows in each split (row shards and column blocks), the same
+    statistics' counts, the shards of both workers found by the readers."""
+    from components.contracts.examples import block_files
+    from components.contracts.statistics import read_statistics
+
+    src = make_csv(HEADER + rows_text(3000) + ",1.0,red\n")  # one row without a label
+    one = ingest_data(data(src), str(tmp_path / "one"), workers=0, shard_rows=500)
+    _ingest_in_a_new_process(src, str(tmp_path / "two"), workers=2)
+    two = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert two["engine"] == {"name": "local", "workers": 2}
+    assert one["rows"] == two["rows"] and one["rows_dropped_missing_label"] == two["rows_dropped_missing_label"] == 1
+    assert one["files"] == two["files"] and two["blocks"]["rows"] > 0
+    for split in ("train", "eval"):
+        def values(d):
+            return sorted(e.features.feature["x"].float_list.value[0] for e in read_examples(str(tmp_path / d), split))
+
+        assert values("one") == values("two")
+        blocks = block_files(examples_pattern(str(tmp_path / "two"), split))
+        parsed = [tf.train.Example.FromString(r.numpy())
+                  for r in tf.data.TFRecordDataset(blocks, compression_type="GZIP")]
+        assert sorted(v for e in parsed for v in e.features.feature["x"].float_list.value) == values("one")
+
+    def counts(d):
+        stats = read_statistics(str(tmp_path / d / "statistics" / "stats.pb"))
+        return sorted((s.name, f.path.step[0], f.num_stats.common_stats.num_non_missing
+                       if f.HasField("num_stats") else f.string_stats.common_stats.num_non_missing)
+                      for s in stats.datasets for f in s.features)
+
+    assert counts("one") == counts("two")
+
+
+def test_an_error_in_a_worker_process_is_one_line(tmp_path, make_csv):
+    import subprocess
+    import sys
+
+    src = make_csv(HEADER + rows_text(100) + "a,inf,red\n")
+    code = ("import sys; from components.contracts.errors import GpupipeError; "
+            "from components.ingest.logic import ingest_data; from components.ingest.test_logic import data\n"
+            "try:\n    ingest_data(data(sys.argv[1]), sys.argv[2], workers=2)\n"
+            "except GpupipeError as err:\n    print('GpupipeError:', err)")
+    done = subprocess.run([sys.executable, "-c", code, src, str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "GpupipeError:" in done.stdout and "inf" in done.stdout
+    assert not (tmp_path / "out" / "manifest.json").exists()

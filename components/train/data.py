@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import spread_shards
+from components.contracts.examples import BLOCK_ROWS, SLICE_FEATURE, block_files, spread_shards
 from components.kinds import FeatureSpecs, feature_statistics
 from components.train.target import LOG, STANDARDIZE
 
@@ -64,6 +64,11 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     train task doing nothing; with the autotuner off the teardown takes 0.3 s and the
     input delivers the same examples/s (docs/benchmarks.md, "Fourth round").
 
+    When ingest wrote column blocks beside the shards (contracts/examples.py: block_files),
+    they are read instead (`_block_batches`): a window of blocks parsed at once, about 2.5
+    core-µs per example against 10 for one Example a row on the click-through table
+    (docs/benchmarks.md, "Feeding the GPU"); the same rows, the same validation slice.
+
     `part`: "all" the examples, or with `validation_percent` > 0 the "train" rows or the
     "validation" slice of them (`in_validation_slice`: a hash of the serialized example,
     so the same rows every epoch and on every worker, the two parts disjoint). `shard_share`
@@ -83,24 +88,28 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
                                 validation_percent, part, target)
     spec = parse_spec(specs, with_label=True)
     to_target = label_transform(specs, target)
+    blocks = spread_shards(block_files(file_pattern), shard_share)
+    by_block = block_parse_spec(spec) if blocks else None
+    if by_block:
+        batched = _block_batches(blocks, by_block, specs.label, to_target, batch_size, shuffle, seed,
+                                 shuffle_buffer, validation_percent, part, repeat and cache == names.CACHE_NONE)
+    else:
+        def parse(serialized):
+            parsed = tf.io.parse_example(serialized, spec)
+            return parsed, to_target(parsed.pop(specs.label))
 
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        return parsed, to_target(parsed.pop(specs.label))
-
-    parallel = input_parallelism()
-    ds = _records(files, shuffle, seed, validation_percent, part)
-    if shuffle:
-        ds = ds.shuffle(shuffle_buffer, seed=seed)
-    if cache == names.CACHE_NONE:
-        if repeat:
+        ds = _records(files, shuffle, seed, validation_percent, part)
+        if shuffle:
+            ds = ds.shuffle(shuffle_buffer, seed=seed)
+        if repeat and cache == names.CACHE_NONE:
             ds = ds.repeat()
-        ds = ds.batch(batch_size).map(parse, num_parallel_calls=parallel)
+        batched = ds.batch(batch_size).map(parse, num_parallel_calls=input_parallelism())
+    if cache == names.CACHE_NONE:
+        ds = batched
     else:
         # The first pass parses and caches; later passes replay the parsed batches from
         # the cache in a new order.
-        cached = ds.batch(batch_size).map(parse, num_parallel_calls=parallel).cache(
-            os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
+        cached = batched.cache(os.path.join(cache_dir, "parsed-batches") if cache == names.CACHE_DISK else "")
         # batches held for reordering: fewer when memory is short (disk)
         replay = cached.shuffle(256 if cache == names.CACHE_MEMORY else 64, seed=seed) if shuffle else cached
         if not repeat:
@@ -120,6 +129,68 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     # The prefetch buffer still grows while the model waits for input (tf.data's prefetch
     # autotuner, which is not the model thread's).
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def block_parse_spec(spec: Dict[str, tf.io.FixedLenFeature]):
+    """The column blocks' parse spec (contracts/examples.py: encode_blocks) for a row parse
+    spec, or None when the blocks cannot give what it parses: every feature one float32
+    whose missing value parses as NaN, or one string whose missing value parses as ''."""
+    out = {}
+    for name, feature in spec.items():
+        if not isinstance(feature, tf.io.FixedLenFeature) or list(feature.shape) != [1]:
+            return None
+        default = feature.default_value
+        default = None if default is None else list(default)[0]
+        if feature.dtype == tf.float32:
+            if default is not None and not (isinstance(default, float) and math.isnan(default)):
+                return None
+        elif feature.dtype == tf.string:
+            if default not in (None, "", b""):
+                return None
+        else:
+            return None
+        out[name] = tf.io.RaggedFeature(feature.dtype)
+    out[SLICE_FEATURE] = tf.io.RaggedFeature(tf.int64)
+    return out
+
+
+# Blocks parsed together, then their rows reordered together, when shuffling: a batch draws
+# from this many blocks (8 x BLOCK_ROWS rows), held in a shuffle buffer of blocks of about
+# shuffle_buffer rows, as the row-wise input draws from its buffer of examples.
+BLOCK_WINDOW = 8
+
+
+def _block_batches(files, spec, label: str, to_target, batch_size: int, shuffle: bool, seed: int,
+                   shuffle_buffer: int, validation_percent: int, part: str, repeat: bool) -> tf.data.Dataset:
+    """(features, target) batches from column blocks: blocks interleaved from the shards (in
+    a shuffled order when `shuffle`), a window of them parsed at once (one parse_example for
+    thousands of rows), the part of the split asked for kept (each row's slice bucket), the
+    rows reordered within the window when `shuffle`, and rebatched to `batch_size`."""
+    parallel, cycle = input_parallelism(), min(len(files), 8)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed)
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+                       cycle_length=cycle, num_parallel_calls=min(cycle, parallel), deterministic=not shuffle)
+    if shuffle:
+        ds = ds.shuffle(max(2 * BLOCK_WINDOW, shuffle_buffer // BLOCK_ROWS), seed=seed)
+    if repeat:
+        ds = ds.repeat()
+    keep = None if part == "all" or validation_percent <= 0 else part == "validation"
+
+    def parse(serialized):
+        parsed = {name: values.flat_values for name, values in tf.io.parse_example(serialized, spec).items()}
+        bucket = parsed.pop(SLICE_FEATURE)
+        order = tf.range(tf.shape(bucket)[0])
+        if keep is not None:
+            order = tf.boolean_mask(order, tf.equal(bucket < validation_percent, keep))
+        if shuffle:
+            order = tf.random.shuffle(order, seed=seed)
+        features = {name: tf.expand_dims(tf.gather(values, order), -1) for name, values in parsed.items()}
+        return features, to_target(features.pop(label))
+
+    window = max(1, math.ceil(batch_size / BLOCK_ROWS)) * (BLOCK_WINDOW if shuffle else 1)
+    return ds.batch(window).map(parse, num_parallel_calls=parallel).rebatch(batch_size)
 
 
 def _records(files, shuffle: bool, seed: int, validation_percent: int, part: str) -> tf.data.Dataset:

@@ -127,3 +127,19 @@ def test_a_large_validation_slice_reads_a_spread_share_of_the_shards():
     quarter = spread_shards(files, 0.25)
     assert len(quarter) == 5 and quarter[-1] >= "shard-00015"  # reaches the end of the split
     assert spread_shards(files, 0.01, at_least=4) == ["shard-00000", "shard-00005", "shard-00010", "shard-00015"]
+
+
+@pytest.mark.parametrize("part", ["train", "validation"])
+def test_column_blocks_give_the_rows_and_validation_slice_of_the_row_shards(tmp_path, penguin_examples, specs, part):
+    """The input reads ingest's column blocks when they are there, and gets the same rows,
+    and the same validation slice (each row's bucket of its row-wise Example), as from the
+    row shards of data gpupipe did not write blocks for."""
+    from components.contracts.examples import block_files
+
+    rows_only = tmp_path / "rows-only"
+    shutil.copytree(penguin_examples, rows_only, ignore=shutil.ignore_patterns("blocks"))
+    with_blocks, without = examples_pattern(penguin_examples, "train"), examples_pattern(str(rows_only), "train")
+    assert block_files(with_blocks) and not block_files(without)
+    by_block = rows_of(make_dataset(with_blocks, specs, BATCH, shuffle=True, seed=1, validation_percent=30, part=part))
+    by_row = rows_of(make_dataset(without, specs, BATCH, shuffle=True, seed=1, validation_percent=30, part=part))
+    assert by_block == by_row and sum(by_row.values()) > 0
