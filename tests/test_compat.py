@@ -8,7 +8,9 @@ import ast
 import importlib
 import importlib.metadata
 import inspect
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -104,6 +106,21 @@ def test_the_autograph_rules_hook_is_still_there():
             == [True, True]
     finally:
         config.CONVERSION_RULES = before
+
+
+def test_the_runtime_started_hook_is_still_there():
+    """compat.tensorflow.runtime_started reads the eager context's private flag: in a new
+    process it is False before any op runs (TensorFlow imported or not) and True after one."""
+    code = ("import os; os.environ['TF_CPP_MIN_LOG_LEVEL']='3'\n"
+            "from components.contracts.compat.tensorflow import runtime_started\n"
+            "before_import = runtime_started()\n"
+            "import tensorflow as tf\n"
+            "imported = runtime_started()\n"
+            "tf.constant(1) + 1\n"
+            "print(before_import, imported, runtime_started())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.stdout.split() == ["False", "False", "True"], out.stderr[-2000:]
 
 
 def test_the_tf_keras_hooks_are_still_there():

@@ -22,13 +22,9 @@ QUEUED = 2
 def can_fork() -> bool:
     """Whether worker processes may be forked here: TensorFlow imported or not, its runtime
     (the eager context and its thread pools, which tf.data and every op start) not started."""
-    import sys
+    from components.contracts.compat.tensorflow import runtime_started
 
-    if "tensorflow" not in sys.modules:
-        return True
-    from tensorflow.python.eager import context
-
-    return not context.context()._initialized
+    return not runtime_started()
 
 
 def _serve(make_state: Callable, index: int, inbox, outbox) -> None:

@@ -19,6 +19,7 @@ appears outside this package.
   request of the Client gets a (connect, read) timeout and bounded tries); `kfp_run_api` (the
   Client's RunServiceApi, for a run's Retry and its v1beta1 details, which the Client lacks);
 - `compat.tensorflow`: `graph_code_without_autograph` (autograph's conversion rules);
+  `runtime_started` (the eager context's private `_initialized`: whether a fork is still safe);
 - `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,
   `BackupAndRestore` with a public `backup_now` and an `after_backup` hook, and

@@ -24,3 +24,18 @@ def graph_code_without_autograph() -> None:
     rules = autograph_config.CONVERSION_RULES
     if not any(isinstance(r, config_lib.DoNotConvert) and r.matches("tf_keras") for r in rules):
         autograph_config.CONVERSION_RULES = tuple(config_lib.DoNotConvert(m) for m in GRAPH_CODE_MODULES) + rules
+
+
+def runtime_started() -> bool:
+    """Whether TensorFlow's runtime (the eager context and its thread pools, which tf.data and
+    every op start) has started in this process: a fork after that can deadlock, a fork before
+    it is safe. False where TensorFlow is not imported. There is no public query; the eager
+    context's `_initialized` flag (tensorflow/python/eager/context.py) is set by its
+    `ensure_initialized`."""
+    import sys
+
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return bool(context.context()._initialized)
