@@ -178,3 +178,41 @@ def test_submit_watch_retries_a_lost_train_pod_up_to_training_pods_retries_then_
     assert [c for c in kfp.calls() if c.endswith(":retry")] == [f"POST /apis/v2beta1/runs/{run_id}:retry"] * 3
     assert "retrying the run (KFP Retry, 3 of 3)" in out.stdout and "(KFP Retry, 4 of" not in out.stdout
     assert out.stderr.strip().splitlines() == [f"error: run {run_id} FAILED at Train model"]
+
+
+def test_watch_follows_a_run_started_elsewhere_and_retries_its_lost_train_pod():
+    """`gpupipe watch RUN_ID --config C`: a run started from the UI or a schedule, not by
+    `submit --watch`; its train pod is deleted once, the follower retries the run, the retry
+    finishes it, exit 0."""
+    from tests.test_kfp_remote import gpupipe
+
+    with KfpApiFixture("2.14.0") as kfp:
+        argo = ArgoRun("ctr-ui123")
+        for task in BEFORE:
+            argo.start(task)
+            argo.succeed(task)
+        argo.start("train")
+        argo.lose_pod("train")
+        run_id = "run-from-the-ui"
+        kfp.state.runs[run_id] = {"run_id": run_id, "display_name": "ctr", "state": "FAILED",
+                                  "created_at": "2026-12-05T12:00:00Z", "finished_at": "1970-01-01T00:00:00Z"}
+        kfp.state.argo[run_id], kfp.state.display_names = argo, DISPLAY
+
+        def finish(_):
+            argo.start("train")
+            argo.succeed("train")
+            for task in AFTER:
+                argo.start(task)
+                argo.succeed(task)
+            argo.finish("Succeeded")
+
+        kfp.state.on_retry = finish
+        out = gpupipe("watch", run_id, "--host", kfp.url, "--config", "configs/ctr.yaml", "--poll", "0.02")
+        unknown = gpupipe("watch", "no-such-run", "--host", kfp.url, "--retries", "1", "--poll", "0.02")
+        calls = kfp.calls()
+    assert out.returncode == 0, out.stderr
+    assert [c for c in calls if c.endswith(":retry")] == [f"POST /apis/v2beta1/runs/{run_id}:retry"]
+    assert "retrying the run (KFP Retry, 1 of 3)" in out.stdout and f"run {run_id}: SUCCEEDED" in out.stdout
+    assert unknown.returncode != 0 and unknown.stderr.strip().splitlines() == [
+        f"error: watch: no run no-such-run at {kfp.url}; `gpupipe runs --host {kfp.url}` lists the recent runs and "
+        "their ids"]

@@ -1,5 +1,5 @@
-"""The commands that talk to a KFP installation: `gpupipe upload`, `submit`, `schedule` and
-`runs` (pipelines/remote/ does the talking)."""
+"""The commands that talk to a KFP installation: `gpupipe upload`, `submit`, `watch`,
+`schedule` and `runs` (pipelines/remote/ does the talking)."""
 from __future__ import annotations
 
 import argparse
@@ -55,7 +55,7 @@ def _run_params(config: PipelineConfig, given: List[str]) -> dict:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from pipelines.remote import check_host, failed_task, git_sha, run_url, submit, watch_run
+    from pipelines.remote import check_host, git_sha, run_url, submit
 
     config = load_config(args.config)
     params = _run_params(config, args.param)
@@ -66,13 +66,44 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"  {run_url(check_host(args.host), run.run_id)}")
     if not args.watch:
         return 0
-    final = watch_run(client, run.run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True),
-                      lost_pod_retries=config.training.pods.retries)
+    return _follow(client, run.run_id, args, config.training.pods.retries)
+
+
+def _follow(client, run_id: str, args: argparse.Namespace, retries: int) -> int:
+    """Follows a run to its end (retrying a lost train pod up to `retries` times): 0 when it
+    succeeded, 1 with one line naming the failed task otherwise."""
+    from pipelines.remote import failed_task, watch_run
+
+    final = watch_run(client, run_id, args.poll, args.timeout, report=lambda line: print(f"  {line}", flush=True),
+                      lost_pod_retries=retries)
     if final.state == "SUCCEEDED":
         return 0
     where = failed_task(final)
-    print(f"error: run {run.run_id} {final.state}" + (f" at {where}" if where else ""), file=sys.stderr)
+    print(f"error: run {run_id} {final.state}" + (f" at {where}" if where else ""), file=sys.stderr)
     return 1
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """`gpupipe watch RUN_ID`: what `submit --watch` does, for a run started elsewhere (the
+    Kubeflow UI, a recurring run, CI)."""
+    from pipelines.remote import check_host, run_url
+
+    if args.retries is not None and args.config:
+        raise GpupipeError("watch: give --retries or --config, not both")
+    retries = args.retries if args.retries is not None else \
+        load_config(args.config).training.pods.retries if args.config else 0
+    if retries < 0:
+        raise GpupipeError(f"watch --retries {retries}: give 0 or more")
+    client = _client(args)
+    try:
+        client.get_run(args.run_id)
+    except Exception as err:  # kfp_server_api's ApiException
+        if getattr(err, "status", None) != 404:
+            raise
+        raise GpupipeError(f"watch: no run {args.run_id} at {args.host}; `gpupipe runs --host {args.host}` lists "
+                           "the recent runs and their ids") from None
+    print(f"following run {args.run_id}: {run_url(check_host(args.host), args.run_id)}")
+    return _follow(client, args.run_id, args, retries)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -164,6 +195,17 @@ def add_commands(sub) -> None:
     p.add_argument("--poll", type=float, default=15.0, help="with --watch: seconds between two looks")
     p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="with --watch: give up after this many seconds")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("watch", help="follow a run started elsewhere (the UI, a schedule, CI) as submit --watch does: "
+                                     "exit 0 when it succeeded, 1 naming the failed task; a lost train pod is retried")
+    p.add_argument("run_id", metavar="RUN_ID")
+    _kfp_args(p)
+    p.add_argument("--config", help="retry a deleted train pod up to this config's training.pods.retries times")
+    p.add_argument("--retries", type=int, help="retry a deleted train pod up to this many times (default: 0, or "
+                                               "--config's training.pods.retries)")
+    p.add_argument("--poll", type=float, default=15.0, help="seconds between two looks")
+    p.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="give up after this many seconds")
+    p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("schedule", help="create the recurring run (replacing an earlier one); or pause, resume or "
                                         "delete it; or list the schedules",
