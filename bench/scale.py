@@ -16,7 +16,7 @@ Tasks start cold by default (`gpupipe run --cold`: a new Python per task, as a p
 so each peak RSS is that task's own; --warm forks them from the warm server, whose pages
 (every step's libraries) then count in each task's RSS.
 
-  python -m bench.scale [--rows 2000000] [--keep-data] [--warm] [--workdir DIR]
+  python -m bench.scale [--rows 2000000] [--keep-data] [--keep-run] [--warm] [--workdir DIR]
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def render(rows: int, csv_mb: float, result: dict) -> str:
         spent = result["evaluation"].get("seconds") or {}
         if spent.get("scoring_pass"):
             lines.append(f"evaluate's scoring pass: {eval_rows / spent['scoring_pass']:,.0f} eval rows/s (the split read, "
-                         "parsed and scored once, the baseline's columns with it); run_evaluate "
+                         "parsed and scored once, by the model and the linear baseline); run_evaluate "
                          + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
     for key in ("examples_per_second", "first_epoch_seconds", "train_seconds", "input_wait_fraction",
                 "input_cache"):
@@ -114,6 +114,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--keep-data", action="store_true", help="keep the CSV (and reuse one kept before)")
+    p.add_argument("--keep-run", action="store_true",
+                   help="keep the run (WORKDIR/run/runs/ctr-*: its examples and model, for bench.evaluate)")
     p.add_argument("--warm", action="store_true", help="fork the tasks from the warm server (gpupipe run's default)")
     p.add_argument("--workdir", help="where the CSV and the run go (default: a temporary directory)")
     args = p.parse_args()
@@ -131,7 +133,8 @@ def main() -> None:
         result = run(scale_config(csv, run_dir), run_dir, args.warm)
         print(render(args.rows, csv_mb, result))
     finally:
-        shutil.rmtree(workdir / "run", ignore_errors=True)
+        if not args.keep_run:
+            shutil.rmtree(workdir / "run", ignore_errors=True)
         if not args.keep_data:
             csv.unlink(missing_ok=True)
             if not args.workdir:

@@ -14,27 +14,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from components.contracts import names
 from components.contracts.examples import read_manifest
-from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, design_matrix, fit_design, fit_linear, read_linear_fit,
-                                         read_split)
+from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
+                                         fit_linear, read_linear_fit, read_split)
 from components.kinds import kind_named
 from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC
-
-
-@dataclass
-class LinearBaseline:
-    """The baseline's name (what it is) and its labels and predictions on the eval split,
-    in the candidate's class order (labels: class index, -1 unseen in training)."""
-
-    name: str
-    labels: np.ndarray
-    predictions: np.ndarray  # [rows, classes] probabilities, or [rows] for regression
-    train_rows: int
 
 
 @dataclass
@@ -78,38 +67,85 @@ def saved_fit(model_dir: str, found: BaselineInput, task: str):
     return saved if saved is not None and saved[2] == found.source() else None
 
 
+
 def read_train(examples_dir: str, found: BaselineInput, regression: bool) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
     """The train rows the baseline is fitted on: every k-th one past LINEAR_MAX_TRAIN_ROWS."""
     stride = max(1, math.ceil(found.train_rows / LINEAR_MAX_TRAIN_ROWS))
     return read_split(examples_dir, names.TRAIN_SPLIT, found.label, found.kinds, regression, stride)
 
 
-def linear_baseline(examples_dir: str, task: str, classes: List[str],
-                    eval_columns: Optional[Dict[str, np.ndarray]] = None, eval_labels: Optional[np.ndarray] = None, train=None) -> Tuple[Optional[LinearBaseline], str]:
-    """(the baseline, "") or (None, why there is none: see baseline_input; or one class in
-    the train split). `eval_columns` and `eval_labels` (class indices in `classes`' order, or
-    the target): the eval rows as the candidate's scoring pass read them (else the eval split
-    is read here); `train`: read_train's rows (else read here), or saved_fit's (the fit itself:
-    then `eval_columns` must be given)."""
-    found, why = baseline_input(examples_dir)
-    if found is None:
-        return None, why
+@dataclass
+class BaselineFit:
+    """The baseline: its design and fit (contracts/linear.py) and the train rows it was fitted on."""
+
+    design: LinearDesign
+    fit: LinearFit
+    train_rows: int
+
+    @property
+    def name(self) -> str:
+        return self.fit.name
+
+
+def saved_baseline(model_dir: str, found: BaselineInput, task: str) -> Optional[BaselineFit]:
+    """The model's linear start as the baseline, when it is this fit (saved_fit)."""
+    saved = saved_fit(model_dir, found, task)
+    return None if saved is None else BaselineFit(saved[0], saved[1], saved[3])
+
+
+def fit_baseline(examples_dir: str, found: BaselineInput, task: str,
+                 classes: List[str]) -> Tuple[Optional[BaselineFit], str]:
+    """(the baseline fitted on read_train's rows, "") or (None, why there is none: one class
+    in the train split)."""
     regression = task == "regression"
-    if isinstance(train, tuple) and len(train) == 4:  # saved_fit's: the linear start is this baseline
-        design, fit, _, fit_rows = train
-        return LinearBaseline(fit.name, np.asarray(eval_labels), fit.predict(design_matrix(design, eval_columns)),
-                              fit_rows), ""
-    x_train, y_train = train if train is not None else read_train(examples_dir, found, regression)
-    if eval_columns is None:
-        eval_columns, y_eval = read_split(examples_dir, names.EVAL_SPLIT, found.label, found.kinds, regression)
-        if not regression:
-            index = {c: i for i, c in enumerate(classes)}
-            eval_labels = np.array([index.get(v, -1) for v in y_eval])
-        else:
-            eval_labels = y_eval.astype(np.float64)
+    x_train, y_train = read_train(examples_dir, found, regression)
     if not regression and len(set(y_train)) < 2:
         return None, "the train split holds one class"
     design = fit_design(x_train, found.of(LINEAR_NUMERIC), found.of(LINEAR_CATEGORICAL))
-    fit = fit_linear(design_matrix(design, x_train), y_train, regression, classes)
-    predictions = fit.predict(design_matrix(design, eval_columns))
-    return LinearBaseline(fit.name, np.asarray(eval_labels), predictions, len(y_train)), ""
+    return BaselineFit(design, fit_linear(design_matrix(design, x_train), y_train, regression, classes),
+                       len(y_train)), ""
+
+
+def linear_scores(baseline: BaselineFit) -> Callable:
+    """A function from a batch's columns {name: [rows] tensor: numeric float32, NaN missing;
+    categorical bytes, b"" missing} to the baseline's predictions on them, in float64
+    ([rows, classes] probabilities, or [rows] for regression): contracts/linear.py's design
+    and the fit's weights applied in TensorFlow, for use inside a tf.data map: the numeric
+    block one matrix product, each categorical feature a table lookup of its value's column
+    and a gather of that column's weights. The same figures as
+    `fit.predict(design_matrix(design, columns))` up to float64 rounding (the sums' order),
+    without building the sparse design."""
+    import tensorflow as tf
+
+    design, fit = baseline.design, baseline.fit
+    coef, numeric = np.asarray(fit.coef, np.float64), design.numeric
+    n = len(numeric)
+    fill, mean, std = (tf.constant([getattr(c, k) for c in numeric], tf.float64) for k in ("fill", "mean", "std"))
+    value_w, missing_w = tf.constant(coef[:n]), tf.constant(coef[n:2 * n])
+    categorical, offset = [], 2 * n
+    for c in design.categorical:
+        block = tf.constant(coef[offset:offset + len(c.values) + 1])  # row 0: every other value
+        offset += len(c.values) + 1
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant(c.values, tf.string), tf.range(1, len(c.values) + 1, dtype=tf.int64)),
+            default_value=0) if c.values else None
+        categorical.append((c.name, table, block))
+    intercept = tf.constant(np.asarray(fit.intercept, np.float64))
+
+    def scores(columns: Dict[str, "tf.Tensor"]):
+        rows = tf.size(next(iter(columns.values())))
+        z = tf.zeros([rows, coef.shape[1]], tf.float64) + intercept
+        if n:
+            x = tf.cast(tf.stack([columns[c.name] for c in numeric], axis=1), tf.float64)
+            missing = tf.math.is_nan(x)
+            standard = (tf.where(missing, fill, x) - mean) / std
+            z += tf.matmul(standard, value_w) + tf.matmul(tf.cast(missing, tf.float64), missing_w)
+        for name, table, block in categorical:
+            z += tf.gather(block, table.lookup(columns[name]) if table is not None
+                           else tf.zeros([rows], tf.int64))
+        if fit.regression:
+            return z[:, 0]
+        e = tf.exp(z - tf.reduce_max(z, axis=1, keepdims=True))  # LinearFit.predict's softmax, step by step
+        return e / tf.reduce_sum(e, axis=1, keepdims=True)
+
+    return scores

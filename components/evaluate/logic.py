@@ -20,8 +20,8 @@ from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.evaluate.compressed import check_compressed, render_forms
 from components.evaluate.scoring import Predictions, predict, slice_metrics  # noqa: F401  (Predictions: the API)
-from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, confusion_matrix,
-                                        pr_curve, regression_metrics, roc_curve)
+from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, classification_report,
+                                        confusion_matrix, regression_metrics)
 from components.evaluate.settings import EvaluationSettings
 
 EVALUATION_FILE = names.EVALUATION_FILE
@@ -40,10 +40,12 @@ class Evaluation:
     linear_model: str = ""  # which: LogisticRegression or Ridge (or why there is none)
     misclassified: List[dict] = field(default_factory=list)  # image models: the mistakes' files (misclassified.py)
     compressed: Optional[dict] = None  # serving.export float16/int8: both forms' sizes and metrics (compressed.py)
-    # where run_evaluate's wall time went: model_load, scoring_pass (the eval split read, parsed
-    # and scored once, the baseline's columns with it; and its CPU seconds, every thread's:
-    # scoring_pass_cpu), linear_baseline (its fit and scores),
-    # total (run_evaluate's: the process's start and imports are not in it)
+    # where run_evaluate's wall time went: model_load (the first batches read meanwhile; and the
+    # baseline's fit, when fitted here), scoring_pass (the eval split read, parsed and scored by
+    # the model and the baseline once; and its CPU seconds, every thread's: scoring_pass_cpu),
+    # linear_baseline (the rest of it: its fit's reading, its metrics), metrics (the candidate's
+    # and the model that learnt nothing's), total (run_evaluate's: the process's start and
+    # imports are not in it)
     seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
@@ -53,23 +55,17 @@ class Evaluation:
 
 
 def evaluate_predictions(pred: Predictions) -> Evaluation:
-    """Overall metrics, confusion matrix, per-slice metrics and (two classes) a ROC curve;
-    RMSE and MAE (overall and per slice) for regression."""
+    """Overall metrics, confusion matrix, per-slice metrics and (two classes) the ROC and
+    precision-recall curves; RMSE and MAE (overall and per slice) for regression."""
     y, p = pred.labels, pred.probabilities
     if pred.task == "regression":
         metrics = {**regression_metrics(y, p), "examples": int(len(y))}
         slices = {feature: slice_metrics(y, p, values, True) for feature, values in pred.slice_values.items()}
         return Evaluation(metrics=metrics, classes=[], confusion_matrix=[], slices=slices)
-    metrics = classification_metrics(y, p, pred.classes)
+    metrics, curves = classification_report(y, p, pred.classes)
     metrics["examples"] = int(len(y))
     slices = {feature: slice_metrics(y, p, values, False) for feature, values in pred.slice_values.items()}
-    roc, pr = None, None
-    if len(pred.classes) == 2:
-        known = y >= 0
-        fpr, tpr, thresholds = roc_curve(y[known], p[known, 1])
-        roc = {"fpr": fpr, "tpr": tpr, "thresholds": thresholds}
-        precision, recall, thresholds = pr_curve(y[known], p[known, 1])
-        pr = {"precision": precision, "recall": recall, "thresholds": thresholds}
+    roc, pr = (curves.roc, curves.pr) if curves is not None else (None, None)
     cm = confusion_matrix(y, p.argmax(axis=1), len(pred.classes))
     return Evaluation(metrics=metrics, classes=pred.classes, confusion_matrix=cm.tolist(), slices=slices, roc=roc,
                       pr=pr)
@@ -258,47 +254,40 @@ def render_report(evaluation: Evaluation, blessing: Blessing, baseline: Optional
     return "\n".join(lines) + "\n"
 
 
-def linear_evaluation(examples_dir: str, pred: Predictions, train=None) -> Tuple[Optional[Evaluation], str]:
-    """(the linear baseline (components/evaluate/linear.py) scored like the candidate, with
-    the candidate's classes, on the eval rows of `pred` (its `columns`, when its pass read
-    them; `train`: the baseline's train rows, read_train's), ""), or (None, why there is none)."""
-    from components.evaluate.linear import linear_baseline
-
-    found, why = linear_baseline(examples_dir, pred.task, pred.classes, pred.columns or None,
-                                 pred.labels if pred.columns else None, train)
-    if found is None:
-        return None, why
-    scored = evaluate_predictions(Predictions(classes=pred.classes, labels=found.labels,
-                                              probabilities=found.predictions, slice_values={}, task=pred.task))
-    scored.linear_model = found.name
-    return scored, ""
+def linear_evaluation(pred: Predictions, name: str) -> Evaluation:
+    """The linear baseline (components/evaluate/linear.py) scored like the candidate, with the
+    candidate's classes and labels, on its predictions on the same rows (`pred.linear`)."""
+    scored = evaluate_predictions(Predictions(classes=pred.classes, labels=pred.labels, probabilities=pred.linear,
+                                              slice_values={}, task=pred.task))
+    scored.linear_model = name
+    return scored
 
 
 def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
     """(the candidate's predictions, the linear baseline's evaluation or None, why none) in
-    one read of the eval split: the baseline's columns come from the candidate's scoring
-    pass; its fit is the model's linear start when that is the same fit (linear.py:
-    saved_fit), else fitted on train rows read beside that pass."""
+    one read of the eval split: the baseline is scored inside the candidate's scoring pass;
+    its fit is the model's linear start when that is the same fit (linear.py: saved_fit),
+    else fitted on train rows read while the model loads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from components.evaluate.linear import baseline_input, read_train, saved_fit
+    from components.evaluate.linear import baseline_input, fit_baseline, saved_baseline
     from components.kinds import load_feature_specs
 
     found, why = baseline_input(examples_dir)
     if found is None:
-        predictions = predict(model_dir, examples_dir, slices)
-        return predictions, None, why
-    task = load_feature_specs(model_dir).task
-    rows = saved_fit(model_dir, found, task)  # the model's linear start, when it is this baseline
-    if rows is not None:
-        predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
-    else:
+        return predict(model_dir, examples_dir, slices), None, why
+    specs = load_feature_specs(model_dir)
+    fit = saved_baseline(model_dir, found, specs.task)
+    if fit is None:
         with ThreadPoolExecutor(1) as pool:
-            train = pool.submit(read_train, examples_dir, found, task == "regression")
-            predictions = predict(model_dir, examples_dir, slices, columns=found.kinds)
-            rows = train.result()
-    linear, why = linear_evaluation(examples_dir, predictions, rows)
-    return predictions, linear, why
+            fitting = pool.submit(fit_baseline, examples_dir, found, specs.task, list(specs.classes))
+            predictions = predict(model_dir, examples_dir, slices, linear=pool.submit(lambda: fitting.result()[0]))
+        fit, why = fitting.result()
+    else:
+        predictions = predict(model_dir, examples_dir, slices, linear=fit)
+    if fit is None:
+        return predictions, None, why
+    return predictions, linear_evaluation(predictions, fit.name), ""
 
 
 @reports_errors("evaluate")
@@ -317,6 +306,7 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     scored = time.monotonic()
     evaluation = evaluate_predictions(predictions)
     trivial = trivial_scores(predictions)
+    measured = time.monotonic()
     evaluation.trivial = dict(trivial.metrics)
     if linear is not None:
         evaluation.linear, evaluation.linear_model = dict(linear.metrics), linear.linear_model
@@ -345,7 +335,7 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     evaluation.seconds = {**{k: round(v, 3) for k, v in predictions.seconds.items()},
                           "linear_baseline": round(scored - started - predictions.seconds.get("model_load", 0.0)
                                                    - predictions.seconds.get("scoring_pass", 0.0), 3),
-                          "total": round(time.monotonic() - started, 3)}
+                          "metrics": round(measured - scored, 3), "total": round(time.monotonic() - started, 3)}
     with open(os.path.join(blessing_dir, EVALUATION_FILE), "w", encoding="utf-8") as f:
         json.dump(asdict(evaluation), f, indent=2)
     os.makedirs(os.path.dirname(report_md) or ".", exist_ok=True)

@@ -12,7 +12,8 @@ matrix, the binary metrics).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from sklearn import metrics as sk
@@ -29,16 +30,17 @@ def confusion_matrix(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndar
     return sk.confusion_matrix(y[known], pred[known], labels=list(range(n_classes)))
 
 
-def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str]) -> Dict[str, float]:
+def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str], log_loss: bool = True) -> Dict[str, float]:
+    """`log_loss` False: left out (two classes: binary_metrics' is the one reported)."""
     pred = p.argmax(axis=1)
     known = y >= 0
     labels = list(range(len(classes)))
-    metrics = {
-        "accuracy": float(sk.accuracy_score(y, pred)) if len(y) else float("nan"),
-        "log_loss": float(sk.log_loss(y[known], p[known], labels=labels)) if known.any() else float("nan"),
-    }
-    precision = sk.precision_score(y[known], pred[known], labels=labels, average=None, zero_division=0)
-    recall = sk.recall_score(y[known], pred[known], labels=labels, average=None, zero_division=0)
+    metrics = {"accuracy": float(sk.accuracy_score(y, pred)) if len(y) else float("nan")}
+    if log_loss:
+        metrics["log_loss"] = float(sk.log_loss(y[known], p[known], labels=labels)) if known.any() else float("nan")
+    # precision_score's and recall_score's one computation, once
+    precision, recall, _, _ = sk.precision_recall_fscore_support(y[known], pred[known], labels=labels, average=None,
+                                                                 zero_division=0)
     for i, c in enumerate(classes):
         metrics[f"precision/{c}"] = float(precision[i])
         metrics[f"recall/{c}"] = float(recall[i])
@@ -57,41 +59,69 @@ def average_precision(y: np.ndarray, score: np.ndarray) -> float:
     return float(sk.average_precision_score(y, score)) if y.sum() else float("nan")
 
 
+def _thinned(*arrays) -> List[List[float]]:
+    """At most ROC_POINTS points of a curve, evenly picked."""
+    if len(arrays[0]) > ROC_POINTS:
+        keep = np.unique(np.linspace(0, len(arrays[0]) - 1, ROC_POINTS).round().astype(int))
+        arrays = [a[keep] for a in arrays]
+    return [[float(v) for v in a] for a in arrays]
+
+
 def roc_curve(y: np.ndarray, score: np.ndarray) -> Tuple[List[float], List[float], List[float]]:
     """(fpr, tpr, thresholds) at the scores' own thresholds (at most ROC_POINTS of them, evenly
     picked), for KFP's ClassificationMetrics. The first threshold is 1.0 (nothing positive)."""
     fpr, tpr, thresholds = sk.roc_curve(y, score)
-    thresholds = np.minimum(thresholds, 1.0)  # scikit-learn's first threshold is +inf
-    if len(fpr) > ROC_POINTS:
-        keep = np.unique(np.linspace(0, len(fpr) - 1, ROC_POINTS).round().astype(int))
-        fpr, tpr, thresholds = fpr[keep], tpr[keep], thresholds[keep]
-    return [float(v) for v in fpr], [float(v) for v in tpr], [float(v) for v in thresholds]
+    return tuple(_thinned(fpr, tpr, np.minimum(thresholds, 1.0)))  # scikit-learn's first threshold is +inf
 
 
 def pr_curve(y: np.ndarray, score: np.ndarray) -> Tuple[List[float], List[float], List[float]]:
     """(precision, recall, thresholds) at the scores' own thresholds (at most ROC_POINTS of
     them, evenly picked), for the run report; the last point is recall 0, precision 1."""
     precision, recall, thresholds = sk.precision_recall_curve(y, score)
-    thresholds = np.append(thresholds, 1.0)  # scikit-learn gives one threshold fewer than points
-    if len(precision) > ROC_POINTS:
-        keep = np.unique(np.linspace(0, len(precision) - 1, ROC_POINTS).round().astype(int))
-        precision, recall, thresholds = precision[keep], recall[keep], thresholds[keep]
-    return [float(v) for v in precision], [float(v) for v in recall], [float(v) for v in thresholds]
+    # scikit-learn gives one threshold fewer than points
+    return tuple(_thinned(precision, recall, np.append(thresholds, 1.0)))
 
 
-def binary_metrics(y: np.ndarray, score: np.ndarray, bins: int = 10) -> Dict[str, float]:
-    """`score` is the positive class probability; `y` is 0/1."""
+@dataclass
+class Curves:
+    """A binary scoring's ROC and precision-recall curves (roc_curve's and pr_curve's) and the
+    areas scikit-learn's roc_auc_score and average_precision_score compute from the same
+    curves: each curve computed once for its area and its points."""
+
+    auc: float
+    pr_auc: float
+    roc: Dict[str, List[float]]  # fpr, tpr, thresholds
+    pr: Dict[str, List[float]]  # precision, recall, thresholds
+
+
+def binary_curves(y: np.ndarray, score: np.ndarray) -> Curves:
+    fpr, tpr, thresholds = sk.roc_curve(y, score)
+    auc = float(sk.auc(fpr, tpr)) if 0 < y.sum() < len(y) else float("nan")
+    precision, recall, cuts = sk.precision_recall_curve(y, score)
+    # average_precision_score's step integral (its last precision is 1)
+    pr_auc = float(max(0.0, -np.sum(np.diff(recall) * precision[:-1]))) if y.sum() else float("nan")
+    roc = _thinned(fpr, tpr, np.minimum(thresholds, 1.0))
+    pr = _thinned(precision, recall, np.append(cuts, 1.0))
+    return Curves(auc, pr_auc, dict(zip(("fpr", "tpr", "thresholds"), roc)),
+                  dict(zip(("precision", "recall", "thresholds"), pr)))
+
+
+def binary_metrics(y: np.ndarray, score: np.ndarray, bins: int = 10, curves: Optional[Curves] = None,
+                   accuracy: bool = True) -> Dict[str, float]:
+    """`score` is the positive class probability; `y` is 0/1; `curves`: binary_curves(y, score)
+    when already computed."""
     edges = np.minimum((score * bins).astype(int), bins - 1)
     ece = sum(abs(score[edges == b].mean() - y[edges == b].mean()) * (edges == b).mean()
               for b in range(bins) if (edges == b).any())
-    return {
-        "auc": roc_auc(y, score),
-        "pr_auc": average_precision(y, score),
-        "accuracy": float(sk.accuracy_score(y, score >= 0.5)),
-        "log_loss": float(sk.log_loss(y, score, labels=[0, 1])),
-        "calibration_error": float(ece),  # expected calibration error over `bins` bins
-        "calibration": float(score.mean() / y.mean()) if y.mean() > 0 else float("nan"),  # mean prediction / base rate
-    }
+    curves = curves if curves is not None else binary_curves(y, score)
+    metrics = {"auc": curves.auc, "pr_auc": curves.pr_auc}
+    if accuracy:
+        metrics["accuracy"] = float(sk.accuracy_score(y, score >= 0.5))
+    return {**metrics,
+            "log_loss": float(sk.log_loss(y, score, labels=[0, 1])),
+            "calibration_error": float(ece),  # expected calibration error over `bins` bins
+            # mean prediction / base rate
+            "calibration": float(score.mean() / y.mean()) if y.mean() > 0 else float("nan")}
 
 
 def regression_metrics(y: np.ndarray, pred: np.ndarray) -> Dict[str, float]:
@@ -100,9 +130,19 @@ def regression_metrics(y: np.ndarray, pred: np.ndarray) -> Dict[str, float]:
 
 def classification_metrics(y: np.ndarray, p: np.ndarray, classes: List[str]) -> Dict[str, float]:
     """Multiclass metrics, plus the binary ones (positive class = classes[1]) for two classes."""
-    metrics = multiclass_metrics(y, p, classes)
-    if len(classes) == 2:
-        known = y >= 0
-        metrics.update({k: v for k, v in binary_metrics(y[known].astype(int), p[known, 1]).items()
-                        if k != "accuracy"})
-    return metrics
+    return classification_report(y, p, classes)[0]
+
+
+def classification_report(y: np.ndarray, p: np.ndarray,
+                          classes: List[str]) -> Tuple[Dict[str, float], Optional[Curves]]:
+    """(classification_metrics, and for two classes the curves its AUC and PR-AUC come from)."""
+    binary = len(classes) == 2
+    metrics = multiclass_metrics(y, p, classes, log_loss=not binary)
+    if not binary:
+        return metrics, None
+    known = y >= 0
+    truth, score = y[known].astype(int), p[known, 1]
+    curves = binary_curves(truth, score)
+    scores = binary_metrics(truth, score, curves=curves, accuracy=False)
+    first = {"accuracy": metrics.pop("accuracy"), "log_loss": scores.pop("log_loss")}  # the order they always had
+    return {**first, **metrics, **scores}, curves

@@ -1,12 +1,19 @@
-"""One pass over the eval split: the records read (parallel over the shards, in a fixed
-order), parsed once per large batch, in parallel, for everything evaluate needs of them
-(the model's features, the label, the slices, the linear baseline's columns), and scored
-by the model's raw-features signature (a concrete function) on those parsed batches; the
-per-slice metrics computed from group codes, not a metric call per value."""
+"""One pass over the eval split: read, parsed once per large batch in parallel for
+everything evaluate needs of it (the model's features, the label, the slices, the linear
+baseline's columns), and scored on both cores: the model through its raw-features signature
+(a concrete function, called from one thread per core on consecutive batches), the linear
+baseline's weights applied inside the same parse (linear.py: linear_scores), so no row's
+columns are held after its batch. The eval split's column blocks are read when ingest wrote
+them (contracts/blocks.py: a block of 1,024 rows parsed at once); data without blocks
+(from elsewhere, the Beam engine's, images) and a model without a raw-features signature
+are read from the row shards. The per-slice metrics come from group codes, not a metric
+call per value."""
 from __future__ import annotations
 
 import os
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -18,6 +25,7 @@ from components.contracts.settings import safe_name
 from components.kinds import load_feature_specs
 
 SCORE_BATCH = 8192  # rows per parse and per model call
+PREFETCH = 16  # batches parsed ahead (about 8 MB each on the click-through table): while the model loads
 _CYCLE = 8  # shards read side by side
 
 
@@ -28,8 +36,10 @@ class Predictions:
     probabilities: np.ndarray  # [rows, classes], or [rows] predictions for regression
     slice_values: Dict[str, np.ndarray]  # feature -> value per row ("" when missing)
     task: str = "multiclass"
-    columns: Dict[str, np.ndarray] = field(default_factory=dict)  # predict's `columns`, one value per row
-    seconds: Dict[str, float] = field(default_factory=dict)  # model_load, scoring_pass (wall), scoring_pass_cpu
+    linear: Optional[np.ndarray] = None  # predict's `linear` baseline's predictions on the same rows
+    # model_load, scoring_pass (wall) and scoring_pass_cpu (every thread's); read: blocks or rows
+    seconds: Dict[str, float] = field(default_factory=dict)
+    read: str = ""
 
 
 def _cores() -> int:
@@ -39,16 +49,19 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def eval_records(examples_dir: str):
-    """The eval split's serialized records: its shards read side by side and interleaved in
-    a fixed order, the same on every call (misclassified.py finds rows by their place in it)."""
+def _records(files: List[str]):
     import tensorflow as tf
 
-    files = split_files(examples_dir, names.EVAL_SPLIT)
     cycle = max(1, min(len(files), _CYCLE))
     return tf.data.Dataset.from_tensor_slices(files).interleave(
         lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
         cycle_length=cycle, num_parallel_calls=min(cycle, _cores()), deterministic=True)
+
+
+def eval_records(examples_dir: str):
+    """The eval split's serialized records: its shards read side by side and interleaved in
+    a fixed order, the same on every call (misclassified.py finds rows by their place in it)."""
+    return _records(split_files(examples_dir, names.EVAL_SPLIT))
 
 
 def _same(a, b) -> bool:
@@ -78,72 +91,141 @@ def _text(values: np.ndarray) -> np.ndarray:
     return np.array([v.decode("utf-8") for v in unique], dtype=object)[inverse.reshape(-1)]
 
 
-def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optional[Callable] = None,
-            columns: Optional[Dict[str, str]] = None) -> Predictions:
-    """Scores the eval split in one read (eval_records' order). The model scores through its
-    raw-features signature on the parsed batches (or `serving_examples` when it has no such
-    signature); `serve`: another function from a batch of serialized examples to the outputs
-    (e.g. the TFLite model's). `columns` {name: numeric or categorical}: more columns to
-    return per row, parsed in the same pass (numeric float, NaN missing; categorical bytes)."""
+def _batches(examples_dir: str, model_spec: dict, wanted: dict, finish: Callable, examples: bool, specs):
+    """(the pass's dataset of (model inputs, finish's values[, serialized batch]), "blocks" or
+    "rows"): every key parsed once (a key the model parses another way than `wanted` says
+    is parsed twice, from the row shards), one value a row."""
     import tensorflow as tf
+
+    from components.contracts.blocks import read_blocks, readable_blocks
+
+    first, second = dict(model_spec), {}
+    for key, feature in wanted.items():
+        if key in first and not _same(first[key], feature):
+            second[key] = feature
+        else:
+            first.setdefault(key, feature)
+    cores = _cores()
+    per_example = any(kind.per_example for kind, _ in specs.kinds())  # images: the row order misclassified reads
+    blocks = [] if examples or second or per_example else readable_blocks(examples_dir, names.EVAL_SPLIT, first)
+    if blocks:
+        def split(columns):
+            return {k: columns[k] for k in model_spec}, finish({k: columns[k] for k in wanted})
+
+        return read_blocks(blocks, first, SCORE_BATCH, cores).map(split, num_parallel_calls=cores,
+                                                                   deterministic=True), "blocks"
+
+    def parse(batch):
+        parsed = tf.io.parse_example(batch, first)
+        extra = tf.io.parse_example(batch, second) if second else {}
+        values = finish({k: tf.squeeze((extra if k in extra else parsed)[k], -1) for k in wanted})
+        model_inputs = {k: tf.squeeze(parsed[k], -1) for k in model_spec}
+        return (model_inputs, values, batch) if examples else (model_inputs, values)
+
+    return eval_records(examples_dir).batch(SCORE_BATCH).map(parse, num_parallel_calls=cores,
+                                                             deterministic=True), "rows"
+
+
+def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optional[Callable] = None,
+            linear=None) -> Predictions:
+    """Scores the eval split in one read. The model scores through its raw-features signature
+    on the parsed batches (or `serving_examples` when it has no such signature); `serve`:
+    another function from a batch of serialized examples to the outputs (e.g. the TFLite
+    model's). `linear`: the baseline's fit (linear.py: BaselineFit), or a Future of it (then
+    the model loads while it is fitted), scored on the same rows (Predictions.linear)."""
+    import tensorflow as tf
+
+    from components.evaluate.linear import linear_scores
 
     started = time.monotonic()
     specs = load_feature_specs(model_dir)
     regression = specs.task == "regression"
+    # What is read of each row besides the model's features; the examples name a column by
+    # its safe name, a slice keeps the name the config gives.
+    wanted = {specs.label: tf.io.FixedLenFeature([1], tf.float32 if regression else tf.string)}
+    wanted.update({safe_name(s): tf.io.FixedLenFeature([1], tf.string, default_value=[""]) for s in slices})
+    loaded = None
+    if isinstance(linear, Future):  # fitted on train rows beside the load: the pass needs the fit
+        loaded = tf.saved_model.load(model_dir) if serve is None else None
+        linear = linear.result()
+    scorer = linear_scores(linear) if linear is not None else None
+    if linear is not None:  # the baseline's columns: numeric float (NaN missing), categorical bytes ("" missing)
+        for c in linear.design.numeric:
+            wanted.setdefault(c.name, tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]))
+        for c in linear.design.categorical:
+            wanted.setdefault(c.name, tf.io.FixedLenFeature([1], tf.string, default_value=[""]))
+    to_index = None
+    if not regression:
+        to_index = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant(specs.classes), tf.range(len(specs.classes), dtype=tf.int64)), default_value=-1)
+
+    def finish(values):
+        """A batch's columns -> what is kept of it: label (class index), slices, the baseline's predictions."""
+        label = values[specs.label]
+        out = {"label": label if regression else to_index.lookup(label),
+               "slices": {s: values[safe_name(s)] for s in slices}}
+        if scorer is not None:
+            out["linear"] = scorer(values)
+        return out
+
     model_spec = {f.name: kind.parse_feature(f) for kind, f in specs.each()}
+    options = tf.data.Options()
+    options.autotune.enabled = False  # the parallelism is set; no autotuner thread to wait for at the end
+
+    def start(examples: bool):
+        """The pass's batches, the first one read (which starts the reads ahead of it)."""
+        dataset, read = _batches(examples_dir, model_spec if not examples else {}, wanted, finish, examples, specs)
+        batches = iter(dataset.prefetch(PREFETCH).with_options(options))
+        return batches, next(batches, None), read
+
+    batches, head, read = start(serve is not None)
     raw = None
     if serve is None:
-        loaded = tf.saved_model.load(model_dir)
+        loaded = loaded if loaded is not None else tf.saved_model.load(model_dir)  # the first batches read meanwhile
         raw = _raw_signature(loaded, model_spec)
         if raw is None:
             signature = loaded.signatures[names.EXAMPLES_SIGNATURE]
             serve = lambda batch: signature(examples=batch)  # noqa: E731
-    # What else is read of each row, one value per row; the examples name a column by its
-    # safe name, a slice keeps the name the config gives.
-    wanted = {specs.label: tf.io.FixedLenFeature([1], tf.float32 if regression else tf.string)}
-    wanted.update({safe_name(s): tf.io.FixedLenFeature([1], tf.string, default_value=[""]) for s in slices})
-    for name, kind in (columns or {}).items():
-        wanted[name] = (tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]) if kind == "numeric" else
-                        tf.io.FixedLenFeature([1], tf.string, default_value=[""]))
-    first = dict(model_spec) if raw is not None else {}
-    second = {}
-    for key, feature in wanted.items():
-        if key in first and not _same(first[key], feature):
-            second[key] = feature  # the model parses this key differently: a second parse for it
-        else:
-            first.setdefault(key, feature)
-
-    def parse(batch):
-        parsed = tf.io.parse_example(batch, first) if first else {}
-        extra = tf.io.parse_example(batch, second) if second else {}
-        model_inputs = {k: tf.squeeze(parsed[k], -1) for k in model_spec} if raw is not None else {}
-        return batch, model_inputs, {k: tf.squeeze((extra if k in extra else parsed)[k], -1) for k in wanted}
-
+            batches, head, read = start(True)
     loaded_at, cpu_at = time.monotonic(), time.process_time()
-    cores = _cores()
-    dataset = eval_records(examples_dir).batch(SCORE_BATCH).map(parse, num_parallel_calls=cores, deterministic=True)
     output = names.PREDICTIONS if regression else names.PROBABILITIES
-    outputs, parts = [], {k: [] for k in wanted}
-    for batch, model_inputs, values in dataset.prefetch(2):
-        outputs.append(np.asarray((raw(**model_inputs) if raw is not None else serve(batch))[output]))
-        for k, v in values.items():
-            parts[k].append(v.numpy())
-    got = {k: np.concatenate(v) if v else np.empty(0) for k, v in parts.items()}
-    labels = got.pop(specs.label)
-    if not regression:
-        index = {c.encode("utf-8"): i for i, c in enumerate(specs.classes)}
-        unique, inverse = np.unique(labels, return_inverse=True) if len(labels) else (labels, labels)
-        labels = np.array([index.get(v, -1) for v in unique], dtype=np.int64)[inverse.reshape(-1)] \
-            if len(unique) else np.empty(0, dtype=np.int64)
+
+    def score(element) -> np.ndarray:
+        return np.asarray((raw(**element[0]) if raw is not None else serve(element[2]))[output])
+
+    outputs, kept = [], []
+    cores = _cores()
+    with ThreadPoolExecutor(cores) as pool:  # one model call per core at a time, in the batches' order
+        pending = deque()
+
+        def take():
+            future, values = pending.popleft()
+            outputs.append(future.result())
+            kept.append(values)
+
+        element = head
+        while element is not None:
+            pending.append((pool.submit(score, element), element[1]))
+            if len(pending) > cores:
+                take()
+            element = next(batches, None)
+        while pending:
+            take()
     width = 1 if regression else len(specs.classes)
     probabilities = np.concatenate(outputs) if outputs else np.empty((0,) if regression else (0, width))
-    return Predictions(classes=list(specs.classes), labels=labels, probabilities=probabilities,
-                       slice_values={s: _text(got[safe_name(s)]) for s in slices}, task=specs.task,
-                       columns={k: got[k] for k in (columns or {})},
-                       seconds={"model_load": loaded_at - started, "scoring_pass": time.monotonic() - loaded_at,
-                                "scoring_pass_cpu": time.process_time() - cpu_at})
 
+    def joined(parts, empty):
+        return np.concatenate([p.numpy() for p in parts]) if parts else empty
 
+    labels = joined([v["label"] for v in kept], np.empty(0, np.float32 if regression else np.int64))
+    return Predictions(
+        classes=list(specs.classes), labels=labels, probabilities=probabilities,
+        slice_values={s: _text(joined([v["slices"][s] for v in kept], np.empty(0, object))) for s in slices},
+        task=specs.task, read=read,
+        linear=joined([v["linear"] for v in kept], np.empty((0,) if regression else (0, width)))
+        if scorer is not None else None,
+        seconds={"model_load": loaded_at - started, "scoring_pass": time.monotonic() - loaded_at,
+                 "scoring_pass_cpu": time.process_time() - cpu_at})
 def _groups(values: np.ndarray):
     """(the distinct values, sorted; each row's index into them; rows per value)."""
     unique, codes = np.unique(values, return_inverse=True)

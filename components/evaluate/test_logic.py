@@ -1,5 +1,4 @@
 """Unit tests of evaluate: metrics by task, slices, TFMA-style blessing with a served baseline."""
-import dataclasses
 import json
 
 import numpy as np
@@ -273,10 +272,10 @@ def test_must_beat_baseline_is_on_by_default_and_allows_only_float32_rounding():
 def test_without_a_baseline_the_default_gate_notes_it_and_an_explicit_one_fails(tmp_path, penguin_model,
                                                                                    penguin_examples, capsys,
                                                                                    monkeypatch):
-    import components.evaluate.logic as logic
+    import components.evaluate.linear as linear
 
-    monkeypatch.setattr(logic, "linear_evaluation",
-                        lambda examples, pred, *train: (None, "the train split holds one class"))
+    monkeypatch.setattr(linear, "saved_baseline", lambda *args: None)
+    monkeypatch.setattr(linear, "fit_baseline", lambda *args: (None, "the train split holds one class"))
     # as the pipeline hands the settings over: the whole section as JSON (pipelines/factory.py)
     settings = EvaluationSettings.from_json(EvaluationSettings(metric="accuracy").model_dump_json())
     evaluation, blessing = run_evaluate(
@@ -314,22 +313,3 @@ def test_slice_metrics_for_every_value_at_once_match_the_metric_functions_per_va
         rows = values == ("" if value == "<missing>" else value)
         want = regression_metrics(target[rows], pred[rows])
         assert (m["rmse"], m["mae"]) == pytest.approx((want["rmse"], want["mae"]), rel=1e-9)
-
-
-def test_the_baseline_on_the_scoring_pass_rows_is_the_baseline_on_its_own_read(penguin_model, penguin_examples):
-    """The baseline scored on the candidate's pass, from the model's saved linear start (the
-    same examples, rows and features: the same fit), is the one fitted afresh on a read of
-    its own."""
-    from components.evaluate.linear import baseline_input, linear_baseline, saved_fit
-    from components.evaluate.logic import Predictions, evaluate_predictions, score_with_baseline
-
-    found, _ = baseline_input(penguin_examples)
-    assert saved_fit(penguin_model, found, "multiclass") is not None  # the linear start is this baseline
-    assert saved_fit(penguin_model, dataclasses.replace(found, train_rows=found.train_rows + 1), "multiclass") is None
-    pred, shared, why = score_with_baseline(penguin_model, penguin_examples, ["island"])
-    assert shared is not None and why == "" and set(pred.columns) >= {"bill_length_mm", "island"}
-    alone, _ = linear_baseline(penguin_examples, pred.task, pred.classes)  # reads the eval split itself
-    assert len(alone.labels) == len(pred.labels) == shared.metrics["examples"]
-    for key in ("accuracy", "log_loss"):
-        alone_scored = evaluate_predictions(Predictions(pred.classes, alone.labels, alone.predictions, {}, pred.task))
-        assert shared.metrics[key] == pytest.approx(alone_scored.metrics[key], rel=1e-9)
