@@ -146,6 +146,11 @@ class _Outputs:
                 "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
 
 
+# Rows a worker prepares at once (several read batches): the TFDV generators and the encoders
+# cost a fixed time per batch and column (bench/ingest.py measures the whole).
+WORK_ROWS = 60_000
+
+
 class _Worker:
     """A worker process's part (parallel.Workers): prepares each batch it is given and writes
     it to its own shards."""
@@ -153,16 +158,40 @@ class _Worker:
     def __init__(self, index: int, workers: int, output_dir: str, settings: DataSettings, split_key, **outputs):
         self._settings, self._split_key = settings, split_key
         self._outputs = _Outputs(output_dir, settings, shard_index=lambda n: n * workers + index, **outputs)
+        self._pending: List[pa.RecordBatch] = []
+        self._pending_from = None
 
     def add(self, batch: pa.RecordBatch, source: RowSource, cutoff: Optional[int]) -> None:
+        """Read batches (about 15,000 rows) are gathered to WORK_ROWS of one file before they
+        are prepared: the encoders and TFDV cost a fixed time per batch and column."""
+        if self._pending and self._pending_from != (source, cutoff):
+            self._flush()
+        self._pending.append(batch)
+        self._pending_from = (source, cutoff)
+        if source.files or sum(b.num_rows for b in self._pending) >= WORK_ROWS:  # (a row a file: its batch)
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        batches, (source, cutoff) = self._pending, self._pending_from
+        self._pending = []
+        batch = batches[0] if len(batches) == 1 else \
+            pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 30)[0]
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
             self._outputs.add(prepared)
 
     def finish(self) -> dict:
+        self._flush()
         self._outputs.close()
         return self._outputs.counts()
+
+    def close(self) -> None:
+        """The shards closed, what is pending dropped (after an error)."""
+        self._pending = []
+        self._outputs.close()
 
 
 def input_cores() -> int:
@@ -235,7 +264,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
         if pool:
             pool.stop()
         else:
-            local.finish()  # (closes the shards once; again a no-op)
+            local.close()  # (after finish, a no-op)
     rows = {split: sum(p["rows"][split] for p in parts) for split in names.SPLITS}
     stats = None
     if with_statistics:
