@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from components.contracts import names
 from components.contracts.errors import reports_errors
@@ -125,13 +124,15 @@ class _Outputs:
                            for split in names.SPLITS} if with_statistics else {}
 
     def add(self, prepared) -> None:
-        for split, mask in prepared.masks():
-            records = prepared.records_of(mask)
+        for split, start, stop in prepared.ranges():
+            if start == stop:
+                continue
+            records = prepared.records[start:stop]
             self.writers[split].write(records)
-            if self.block_writers and mask.any():
-                self.block_writers[split].write_blocks(prepared.columns.filter(pa.array(mask)), records)
-            if self.statistics and mask.any():
-                self.statistics[split].add(prepared.lists.filter(pa.array(mask)))
+            if self.block_writers:
+                self.block_writers[split].write_blocks(prepared.columns.slice(start, stop - start), records)
+            if self.statistics:
+                self.statistics[split].add(prepared.lists.slice(start, stop - start))
 
     def close(self) -> None:
         for writer in [*self.writers.values(), *self.block_writers.values()]:
@@ -161,9 +162,12 @@ class _Worker:
         self._pending: List[pa.RecordBatch] = []
         self._pending_from = None
 
-    def add(self, batch: pa.RecordBatch, source: RowSource, cutoff: Optional[int]) -> None:
-        """Read batches (about 15,000 rows) are gathered to WORK_ROWS of one file before they
-        are prepared: the encoders and TFDV cost a fixed time per batch and column."""
+    def add(self, batch, source: RowSource, cutoff: Optional[int]) -> None:
+        """Read batches (about 15,000 rows; from another process, in Arrow's stream format:
+        `to_stream`) are gathered to WORK_ROWS of one file before they are prepared: the
+        encoders and TFDV cost a fixed time per batch and column."""
+        if not isinstance(batch, pa.RecordBatch):
+            batch = pa.ipc.open_stream(batch).read_next_batch()
         if self._pending and self._pending_from != (source, cutoff):
             self._flush()
         self._pending.append(batch)
@@ -192,6 +196,15 @@ class _Worker:
         """The shards closed, what is pending dropped (after an error)."""
         self._pending = []
         self._outputs.close()
+
+
+def to_stream(batch: pa.RecordBatch) -> pa.Buffer:
+    """A batch in Arrow's stream format, for a worker process: about a third of pickling
+    it (pickle copies each buffer through Python)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
 
 
 def input_cores() -> int:
@@ -252,11 +265,11 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             entry["bytes"] += unit.size
             source = RowSource(unit.uri, unit.format, unit.files)
             for batch in unit.batches:
-                labelled = pc.sum(pc.is_valid(batch.column(0))).as_py() or 0 if batch.num_rows else 0
+                labelled = batch.num_rows - batch.column(0).null_count
                 dropped_no_label += batch.num_rows - labelled
                 entry["rows"] += labelled
                 if labelled and pool:
-                    pool.submit(batch, source, cutoff)
+                    pool.submit(to_stream(batch), source, cutoff)
                 elif labelled:
                     local.add(batch, source, cutoff)
         parts = pool.finish() if pool else [local.finish()]
