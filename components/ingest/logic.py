@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
+from components import record_workers_peak_rss, vm_hwm_kb
 from components.contracts import names
 from components.contracts.errors import reports_errors
 from components.contracts.examples import BLOCK_ROWS, block_shard_path, blockable, encode_blocks, shard_path
@@ -188,9 +189,10 @@ class _Worker:
             self._outputs.add(prepared)
 
     def finish(self) -> dict:
+        """What this worker counted, with its peak RSS (kB; None where unknown)."""
         self._flush()
         self._outputs.close()
-        return self._outputs.counts()
+        return {**self._outputs.counts(), "peak_rss_kb": vm_hwm_kb()}
 
     def close(self) -> None:
         """The shards closed, what is pending dropped (after an error)."""
@@ -273,6 +275,8 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                 elif labelled:
                     local.add(batch, source, cutoff)
         parts = pool.finish() if pool else [local.finish()]
+        if pool:  # the step's peak RSS counts its workers' (a pod's memory is the sum of its processes')
+            record_workers_peak_rss(sum(p["peak_rss_kb"] or 0 for p in parts))
     finally:
         if pool:
             pool.stop()
