@@ -148,8 +148,9 @@ class _Outputs:
                 "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
 
 
-# Rows a worker prepares at once (several read batches): the TFDV generators and the encoders
-# cost a fixed time per batch and column (bench/ingest.py measures the whole).
+# Rows prepared at once (several read batches joined by the step's process before it hands
+# them to a worker): the TFDV generators and the encoders cost a fixed time per batch and
+# column (bench/ingest.py measures the whole).
 WORK_ROWS = 60_000
 
 
@@ -160,29 +161,11 @@ class _Worker:
     def __init__(self, index: int, workers: int, output_dir: str, settings: DataSettings, split_key, **outputs):
         self._settings, self._split_key = settings, split_key
         self._outputs = _Outputs(output_dir, settings, shard_index=lambda n: n * workers + index, **outputs)
-        self._pending: List[pa.RecordBatch] = []
-        self._pending_from = None
 
     def add(self, batch, source: RowSource, cutoff: Optional[int]) -> None:
-        """Read batches (about 15,000 rows; from another process, in Arrow's stream format:
-        `to_stream`) are gathered to WORK_ROWS of one file before they are prepared: the
-        encoders and TFDV cost a fixed time per batch and column."""
+        """One batch (from the step's process, in Arrow's stream format: `to_stream`)."""
         if not isinstance(batch, pa.RecordBatch):
             batch = pa.ipc.open_stream(batch).read_next_batch()
-        if self._pending and self._pending_from != (source, cutoff):
-            self._flush()
-        self._pending.append(batch)
-        self._pending_from = (source, cutoff)
-        if source.files or sum(b.num_rows for b in self._pending) >= WORK_ROWS:  # (a row a file: its batch)
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        batches, (source, cutoff) = self._pending, self._pending_from
-        self._pending = []
-        batch = batches[0] if len(batches) == 1 else \
-            pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 30)[0]
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
@@ -190,14 +173,34 @@ class _Worker:
 
     def finish(self) -> dict:
         """What this worker counted, with its peak RSS (kB; None where unknown)."""
-        self._flush()
         self._outputs.close()
         return {**self._outputs.counts(), "peak_rss_kb": vm_hwm_kb()}
 
     def close(self) -> None:
-        """The shards closed, what is pending dropped (after an error)."""
-        self._pending = []
         self._outputs.close()
+
+
+def _gathered(batches, per_row_files: bool):
+    """Read batches (about 15,000 rows of a CSV) joined into batches of at least WORK_ROWS
+    (a source whose rows are files: as they are, each batch naming its rows' files)."""
+    pending, rows = [], 0
+    for batch in batches:
+        if per_row_files:
+            yield batch
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= WORK_ROWS:
+            yield _joined(pending)
+            pending, rows = [], 0
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(batches: List[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 30)[0]
 
 
 def to_stream(batch: pa.RecordBatch) -> pa.Buffer:
@@ -266,7 +269,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             entry = per_file.setdefault(unit.uri, {"uri": unit.uri, "bytes": 0, "rows": 0})
             entry["bytes"] += unit.size
             source = RowSource(unit.uri, unit.format, unit.files)
-            for batch in unit.batches:
+            for batch in _gathered(unit.batches, per_row_files=bool(unit.files)):
                 labelled = batch.num_rows - batch.column(0).null_count
                 dropped_no_label += batch.num_rows - labelled
                 entry["rows"] += labelled
