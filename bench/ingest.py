@@ -17,9 +17,13 @@ import time
 import components  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
 
-def cpu_seconds() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def cpu_seconds(who=None) -> float:
+    """CPU seconds of this process and its (ended) worker processes, or of `who` alone
+    (resource.RUSAGE_SELF or RUSAGE_CHILDREN)."""
+    if who is None:
+        return cpu_seconds(resource.RUSAGE_SELF) + cpu_seconds(resource.RUSAGE_CHILDREN)
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -44,13 +48,14 @@ def main() -> None:
     settings = DataSettings(source=csv, label=synthetic.LABEL, numeric_features=synthetic.NUMERIC,
                             categorical_features=synthetic.CATEGORICAL, split={"eval_percent": 10})
     extra = {} if args.workers is None else {"workers": args.workers}
-    started, cpu = time.perf_counter(), cpu_seconds()
+    started, cpu, own = time.perf_counter(), cpu_seconds(), cpu_seconds(resource.RUSAGE_SELF)
     manifest = ingest_data(settings, out, **extra)
-    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    wall, cpu, own = time.perf_counter() - started, cpu_seconds() - cpu, cpu_seconds(resource.RUSAGE_SELF) - own
     rows = sum(manifest["rows"].values())
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs) / 2 ** 20
     print(f"{rows:,} rows in {wall:.1f} s ({rows / wall:,.0f} rows/s), {cpu:.1f} CPU s ({cpu / rows * 1e6:.1f} "
-          f"core-us a row), workers {manifest['engine'].get('workers', 1)}, statistics "
+          f"core-us a row; this process {own / rows * 1e6:.1f}), workers {manifest['engine'].get('workers', 1)}, "
+          f"load average {os.getloadavg()[0]:.1f}, statistics "
           f"{manifest['statistics'].get('seconds', 0):.1f} s in TFDV, output {size:,.0f} MB, peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB (workers "
           f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:,.0f} MB)")

@@ -18,15 +18,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # process's own high-water mark (VmHWM), written as it exits. Not ru_maxrss: a child's counts
 # the RSS of the process it was forked from, here the whole `gpupipe run`.
 PEAK_RSS_ENV = "GPUPIPE_PEAK_RSS_FILE"
+# A step that runs worker processes (ingest's, components/ingest/parallel.py) writes, beside
+# that file, `<its own VmHWM then> <the sum of its workers' VmHWM>` in kB (record_workers_peak_rss):
+# a pod's memory is the sum of its processes', so the run's record adds them.
+WORKERS_PEAK_RSS_SUFFIX = ".workers"
+
+
+def vm_hwm_kb():
+    """This process's peak RSS so far (VmHWM), in kB; None where /proc does not say (not Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+def record_workers_peak_rss(workers_kb: int) -> None:
+    """For the run's record of this task's peak RSS (PEAK_RSS_ENV): its worker processes' summed
+    peak, with this process's own so far. Nothing when no run asked for the figure."""
+    path, own = os.environ.get(PEAK_RSS_ENV), vm_hwm_kb()
+    if not path or own is None:
+        return
+    try:
+        with open(path + WORKERS_PEAK_RSS_SUFFIX, "w", encoding="ascii") as f:
+            f.write(f"{own} {int(workers_kb)}")
+    except OSError:  # the run's temporary file is gone: no figure
+        pass
 
 
 def _write_peak_rss(path: str) -> None:
+    kb = vm_hwm_kb()
+    if kb is None:
+        return
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            kb = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
         with open(path, "w", encoding="ascii") as f:
-            f.write(kb)
-    except (OSError, StopIteration, IndexError):  # not Linux: no figure
+            f.write(str(kb))
+    except OSError:
         pass
 
 

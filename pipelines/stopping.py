@@ -137,9 +137,10 @@ def run_task(full_command: List[str]) -> int:
     kept for take_peak_rss_mb: a warm task's fork's, which its client prints
     (pipelines/warm_client.py: PEAK_RSS_LINE), or the one a cold task wrote as it exited
     (components/__init__.py: PEAK_RSS_ENV; a command that does not import `components`
-    writes none)."""
+    writes none), plus the summed peak of the worker processes a step ran (ingest's:
+    components.record_workers_peak_rss; see _with_workers)."""
     global _peak_rss_kb
-    from components import PEAK_RSS_ENV
+    from components import PEAK_RSS_ENV, WORKERS_PEAK_RSS_SUFFIX
     from pipelines.warm_client import TASK_GROUP_ENV
 
     _peak_rss_kb = None
@@ -154,10 +155,28 @@ def run_task(full_command: List[str]) -> int:
         code, reported = _follow(process)
         with open(peak_file, encoding="ascii") as f:
             written = f.read().strip()
-        _peak_rss_kb = reported if reported is not None else int(written) if written.isdigit() else None
+        _peak_rss_kb = _with_workers(reported if reported is not None else int(written) if written.isdigit() else None,
+                                     reported is not None, peak_file + WORKERS_PEAK_RSS_SUFFIX)
         return code
     finally:
         os.unlink(peak_file)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(peak_file + WORKERS_PEAK_RSS_SUFFIX)
+
+
+def _with_workers(own: Optional[int], warm: bool, workers_file: str) -> Optional[int]:
+    """A task's peak RSS in kB with its worker processes': the task's own plus the sum of its
+    workers' high-water marks (each counts the pages it shares with the task since the fork,
+    as each process's RSS does). A warm task's figure (wait4's) is already the largest of the
+    fork's and its workers' own: there the fork's own is the one it wrote with its workers'."""
+    try:
+        with open(workers_file, encoding="ascii") as f:
+            at_end, workers = (int(n) for n in f.read().split())
+    except (OSError, ValueError):
+        return own
+    if own is None:
+        return at_end + workers
+    return max(own, at_end + workers) if warm else max(own, at_end) + workers
 
 
 def _follow(process: subprocess.Popen) -> Tuple[int, Optional[int]]:

@@ -1,18 +1,22 @@
-"""Arrow list columns -> serialized tf.train.Example, vectorised with numpy.
+"""Arrow columns -> serialized tf.train.Example, vectorised: rows (`encode`) and column
+blocks (`encode_blocks`).
 
 tfx_bsl's RecordBatchToExamples builds one protobuf message per row: about 11 core-µs a row
-on the 40-column click-through table, the largest part of ingest (docs/benchmarks.md,
-"Feeding the GPU"). This writes the same wire format (tensorflow/core/example/example.proto:
-Example{features: Features{map<string, Feature> feature}}, a Feature holding a BytesList or
-a packed FloatList, a missing value an empty Feature) for the whole batch at once: every
-row's length is computed from the columns' value lengths, then each column's bytes are
-scattered into one buffer. Columns of one value per row (or none: missing), float32 or
-bytes; anything else (int64, several values in a row) is left to tfx_bsl (`can_encode`).
-The map entries come in column order, so a row's bytes depend on its values alone.
+on the 40-column click-through table. This writes the same wire format
+(tensorflow/core/example/example.proto: Example{features: Features{map<string, Feature>
+feature}}, a Feature holding a BytesList or a packed FloatList, a missing value an empty
+Feature) for the whole batch at once, with Arrow's kernels: each column becomes two binary
+arrays, a per-row prefix (its map entry's tags and lengths, taken from a small table by
+the value's length) and the value itself (a view of the column's buffers, no copy), and one
+`binary_join_element_wise` lays every row out, prefix and value after prefix and value.
+Columns of one value per row (or none: missing), float32 or bytes; anything else (int64,
+several values in a row) is left to tfx_bsl (`can_encode`). The map entries come in column
+order, so a row's bytes depend on its values alone (and are the same as this module's
+earlier numpy encoder's: the validation-slice buckets did not move).
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -36,35 +40,12 @@ def _varint_len(v: np.ndarray) -> np.ndarray:
     return n
 
 
-def _varints(v: np.ndarray):
-    """(a [rows, width] matrix of each value's varint bytes, each one's length)."""
-    length = _varint_len(v)
-    width = int(length.max()) if len(length) else 1
-    x, out = v.astype(np.uint64), np.empty((len(v), width), np.uint8)
-    for k in range(width):
-        more = (length > k + 1).astype(np.uint8) << 7
-        out[:, k] = (x & np.uint64(0x7F)).astype(np.uint8) | more
-        x = x >> np.uint64(7)
-    return out, length
-
-
-def _const(rows: int, data: bytes, where=None):
-    matrix = np.broadcast_to(np.frombuffer(data, np.uint8), (rows, len(data)))
-    return matrix, np.full(rows, len(data), np.int64) if where is None else np.where(where, len(data), 0)
-
-
 def _is_bytes(t) -> bool:
     return pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
 
 
-# A bytes column is padded to its longest value in the batch: past this many times its
-# bytes, tfx_bsl encodes the batch instead (a few very long values among short ones).
-_PADDING = 8
-
-
 def can_encode(lists: pa.RecordBatch) -> bool:
-    """Whether every column is a list of float32 or bytes with at most one value a row (and
-    no bytes column holds a few values far longer than the rest)."""
+    """Whether every column is a list of float32 or bytes with at most one value a row."""
     for column in lists.columns:
         if not pa.types.is_list(column.type):
             return False
@@ -73,90 +54,168 @@ def can_encode(lists: pa.RecordBatch) -> bool:
             return False
         if len(column) and np.diff(column.offsets.to_numpy()).max(initial=0) > 1:
             return False
-        if _is_bytes(t) and len(column.values):
-            lengths = pc.binary_length(column.values).to_numpy(zero_copy_only=False)
-            if lengths.max() * len(column) > _PADDING * (lengths.sum() + len(column)) + (1 << 20):
-                return False
     return True
 
 
-def _pieces(name: str, column: pa.ListArray) -> list:
-    """One column's map entry in each row, as (matrix, lengths) pieces in order."""
-    rows = len(column)
-    starts = column.offsets.to_numpy()
-    present = (np.diff(starts) > 0) & pc.is_valid(column).to_numpy(zero_copy_only=False)
-    values = column.values
-    key = b"\x0a" + _varint(len(name.encode())) + name.encode() + b"\x12"
-    index = np.where(present, starts[:-1], 0)
+def _binary(offsets: np.ndarray, data) -> pa.Array:
+    """A large_binary array over `data` (an Arrow buffer) at `offsets` (int64, one more than rows)."""
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), data])
+
+
+def _packed(pieces: Sequence[bytes], lengths: np.ndarray) -> pa.Array:
+    """pieces[i] in the rows whose index is i: a table of a few byte strings taken per row."""
+    table = pa.array(list(pieces), pa.large_binary())
+    return table.take(pa.array(lengths))
+
+
+def _bytes_values(values: pa.Array):
+    """(offsets into the data buffer, the data buffer) of a string/binary array."""
+    values = values.cast(pa.large_binary())
+    offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset:values.offset + len(values) + 1]
+    data = values.buffers()[2] if values.buffers()[2] is not None else pa.py_buffer(b"")
+    return offsets, data
+
+
+def _table_index(n: np.ndarray, present: np.ndarray):
+    """(distinct lengths, each row's index among them; a missing row's: len(distinct))."""
+    top = int(n.max(initial=0))
+    if top < 4096:
+        distinct = np.arange(top + 1)
+        index = n.copy()
+    else:  # a few long values: a table of the lengths there are
+        distinct, index = np.unique(n, return_inverse=True)
+    return distinct, np.where(present, index, len(distinct)).astype(np.int32)
+
+
+def _key(name: str) -> bytes:
+    k = name.encode()
+    return b"\x0a" + _varint(len(k)) + k
+
+
+def _row_parts(name: str, column: pa.ListArray):
+    """One column's map entry in each row: ([prefix array, value array], bytes a row)."""
+    if column.null_count:  # a null list holds no values (whatever its offsets say)
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(column) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        column = pa.ListArray.from_arrays(pa.array(offsets), column.flatten())
+    starts = column.offsets.to_numpy().astype(np.int64)
+    present = np.diff(starts) > 0
+    values, key = column.values, _key(name)
+    missing = b"\x0a" + _varint(len(key) + 2) + key + b"\x12\x00"  # key, empty Feature
     if pa.types.is_float32(values.type):
-        floats = values.to_numpy(zero_copy_only=False).astype("<f4") if len(values) else np.zeros(1, "<f4")
-        data = floats[np.minimum(index, len(floats) - 1)].view(np.uint8).reshape(rows, 4)
-        feature = np.where(present, 8, 0)  # 0x12 0x06 0x0a 0x04 + the float
-        content = len(key) + 1 + feature
-        return [_const(rows, b"\x0a"), _varints(content), _const(rows, key), _varints(feature),
-                _const(rows, b"\x12\x06\x0a\x04", present), (data, np.where(present, 4, 0))]
-    value = values.cast(pa.large_binary()) if len(values) else pa.array([b""], pa.large_binary())
-    offsets = np.frombuffer(value.buffers()[1], np.int64)[value.offset:value.offset + len(value) + 1]
-    raw = value.buffers()[2]
-    raw = np.frombuffer(raw, np.uint8) if raw is not None and raw.size else np.zeros(1, np.uint8)
-    src = offsets[np.minimum(index, len(value) - 1)]
-    n = np.where(present, offsets[np.minimum(index, len(value) - 1) + 1] - src, 0)
-    width = int(n.max()) if rows else 0
-    data = raw[np.minimum(src[:, None] + np.arange(width), len(raw) - 1)] if width else np.zeros((rows, 0), np.uint8)
-    n_bytes, n_len = _varints(n)
-    bytes_list = 1 + n_len + n  # 0x0a varint(n) value
-    bl_bytes, bl_len = _varints(bytes_list)
-    feature = np.where(present, 1 + bl_len + bytes_list, 0)  # 0x0a varint(BytesList) BytesList
-    f_bytes, f_len = _varints(feature)
-    content = len(key) + f_len + feature
-    tag = _const(rows, b"\x0a", present)
-    return [_const(rows, b"\x0a"), _varints(content), _const(rows, key), (f_bytes, f_len), tag,
-            (bl_bytes, np.where(present, bl_len, 0)), tag, (n_bytes, np.where(present, n_len, 0)), (data, n)]
+        # key, Feature{FloatList{packed: one float}}: 0x12 0x08 | 0x12 0x06 | 0x0a 0x04 | 4 bytes
+        entry = b"\x0a" + _varint(len(key) + 10) + key + b"\x12\x08\x12\x06\x0a\x04"
+        floats = values.buffers()[1] if len(values) else pa.py_buffer(b"")
+        offsets = (starts + values.offset) * 4  # a view of the floats: row i's 4 bytes, or none
+        return ([_packed([missing, entry], present.astype(np.int8)), _binary(offsets, floats)],
+                np.where(present, len(entry) + 4, len(missing)))
+    voffsets, data = _bytes_values(values)
+    offsets = voffsets[starts]  # a view of the values: row i's, or none
+    n = np.diff(offsets)
+    distinct, which = _table_index(n, present)
+    table = []
+    for m in distinct.tolist():
+        bytes_list = 1 + len(_varint(m)) + m  # 0x0a varint(m) value
+        feature = 1 + len(_varint(bytes_list)) + bytes_list  # 0x0a varint(BytesList) BytesList
+        content = len(key) + 1 + len(_varint(feature)) + feature
+        table.append(b"\x0a" + _varint(content) + key + b"\x12" + _varint(feature) + b"\x0a" + _varint(bytes_list)
+                     + b"\x0a" + _varint(m))
+    table.append(missing)
+    sizes = np.fromiter(map(len, table), np.int64, len(table))[which]
+    return [_packed(table, which), _binary(offsets, data)], sizes + n
 
 
-def _merged(pieces: list) -> list:
-    """Adjacent pieces joined into one wherever each row uses the first whole or the second
-    not at all (a row's bytes are then a prefix of the joined piece): fewer, wider pieces
-    to lay out."""
-    out, matrices, length, full = [], [], None, None
-    for m, n in pieces:
-        if matrices and not np.all(full | (n == 0)):
-            out.append((np.concatenate(matrices, axis=1), length))
-            matrices = []
-        if not matrices:
-            matrices, length, full = [m], n.copy(), n == m.shape[1]
-            continue
-        matrices.append(m)
-        length += n
-        full &= n == m.shape[1]
-    out.append((np.concatenate(matrices, axis=1), length))
-    return out
+def _varint_array(v: np.ndarray, lead: bytes = b"") -> pa.Array:
+    """`lead` + each value of `v` as a varint, a binary array."""
+    width = int(_varint_len(np.array([v.max(initial=0)]))[0])
+    length = _varint_len(v)
+    x, matrix = v.astype(np.uint64), np.empty((len(v), len(lead) + width), np.uint8)
+    matrix[:, :len(lead)] = np.frombuffer(lead, np.uint8)
+    for k in range(width):
+        matrix[:, len(lead) + k] = (x & np.uint64(0x7F)).astype(np.uint8) | ((length > k + 1).astype(np.uint8) << 7)
+        x = x >> np.uint64(7)
+    used = np.arange(matrix.shape[1]) < (length + len(lead))[:, None]
+    offsets = np.zeros(len(v) + 1, np.int64)
+    np.cumsum(length + len(lead), out=offsets[1:])
+    return _binary(offsets, pa.py_buffer(matrix[used].tobytes()))
+
+
+def _split(joined: pa.Array) -> List[bytes]:
+    data = joined.buffers()[2].to_pybytes() if len(joined) else b""
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset:joined.offset + len(joined) + 1]
+    offsets = (offsets - offsets[0]).tolist()
+    return [data[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def encode(lists: pa.RecordBatch) -> List[bytes]:
-    """Each row of `lists` (can_encode's columns) as a serialized tf.train.Example: every
-    piece of every row laid out in one [rows, width] matrix, then the bytes each row uses
-    taken in row order (one boolean mask)."""
+    """Each row of `lists` (can_encode's columns) as a serialized tf.train.Example."""
     rows = lists.num_rows
     if not rows:
         return []
-    pieces = [p for name, column in zip(lists.schema.names, lists.columns) for p in _pieces(name, column)]
-    body = np.zeros(rows, np.int64)
-    for _, length in pieces:
-        body += length
-    head = [_const(rows, b"\x0a"), _varints(body)]  # Example: 0x0a varint(Features) Features
-    pieces = _merged(head + pieces)
-    width = sum(m.shape[1] for m, _ in pieces)
-    matrix, used = np.empty((rows, width), np.uint8), np.empty((rows, width), bool)
-    at = 0
-    for m, length in pieces:
-        w = m.shape[1]
-        matrix[:, at:at + w] = m
-        used[:, at:at + w] = _COLUMNS[:w] < length[:, None]
-        at += w
-    data = matrix[used].tobytes()
-    ends = np.cumsum(body + 1 + _varint_len(body)).tolist()
-    return [data[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+    arrays, body = [], np.zeros(rows, np.int64)
+    for name, column in zip(lists.schema.names, lists.columns):
+        parts, size = _row_parts(name, column)
+        arrays += parts
+        body += size
+    head = _varint_array(body, b"\x0a")  # Example: 0x0a varint(Features) Features
+    return _split(pc.binary_join_element_wise(head, *arrays, pa.scalar(b"", pa.large_binary())))
 
 
-_COLUMNS = np.arange(1 << 16)
+def _field(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+def _string_items(column: pa.Array, at: List[int]):
+    """Each row's `0x0a varint(n) value` (a BytesList item; a missing value empty), laid out
+    in one buffer: (its bytes, where the item of each row in `at` starts)."""
+    voffsets, data = _bytes_values(pc.fill_null(column.cast(pa.large_binary()), b""))
+    n = np.diff(voffsets)
+    rows = len(n)
+    if rows and n.max() < 128:  # one-byte lengths: row i's item is 2 * i bytes further on than its value
+        base = voffsets[0]
+        raw = np.frombuffer(data, np.uint8)[base:voffsets[-1]]
+        out = np.empty(len(raw) + 2 * rows, np.uint8)
+        starts = voffsets[:-1] - base + 2 * np.arange(rows)
+        out[starts], out[starts + 1] = 0x0A, n
+        out[np.arange(len(raw)) + np.repeat(2 * np.arange(1, rows + 1), n)] = raw
+        return out.tobytes(), (np.append(starts, len(out))[at]).tolist()
+    distinct, which = _table_index(n, np.ones(rows, bool))
+    table = [b"\x0a" + _varint(m) for m in distinct.tolist()]
+    items = pc.binary_join_element_wise(_packed(table, which), _binary(voffsets, data),
+                                        pa.scalar(b"", pa.large_binary()))
+    offsets = np.frombuffer(items.buffers()[1], np.int64)[items.offset:items.offset + len(items) + 1]
+    return items.buffers()[2].to_pybytes(), (offsets - offsets[0])[at].tolist()
+
+
+def encode_blocks(columns: pa.RecordBatch, int_columns: Sequence[str], rows: int) -> List[bytes]:
+    """`columns` (scalar float32 and string/binary, plus `int_columns`: small non-negative
+    integers, below 128) as column blocks of `rows` rows each (the last one shorter): one
+    tf.train.Example a block, each feature the list of its rows' values, a missing number
+    NaN and a missing string empty (contracts/examples.py: encode_blocks)."""
+    count = columns.num_rows
+    starts = list(range(0, count, rows)) + [count]
+    per_column = []  # (entry key, feature tag, inner tag or None, a block's payload)
+    for name, column in zip(columns.schema.names, columns.columns):
+        key = _key(name)
+        if name in int_columns:  # Feature{Int64List{packed varints}}, one byte each
+            data = np.asarray(column.to_numpy(zero_copy_only=False), np.uint8).tobytes()
+            per_column.append((key, b"\x1a", b"\x0a", data, None))
+        elif pa.types.is_floating(column.type):  # Feature{FloatList{packed}}
+            floats = pc.fill_null(column.cast(pa.float32()), float("nan")).to_numpy(zero_copy_only=False)
+            per_column.append((key, b"\x12", b"\x0a", floats.astype("<f4").tobytes(), None))
+        else:  # Feature{BytesList{items}}
+            data, offsets = _string_items(column, starts)
+            per_column.append((key, b"\x0a", None, data, offsets))
+    blocks = []
+    for b, (s, e) in enumerate(zip(starts[:-1], starts[1:])):
+        entries = []
+        for key, tag, inner, data, offsets in per_column:
+            if offsets is not None:  # the items of rows s to e
+                feature = _field(tag, data[offsets[b]:offsets[b + 1]])
+            else:
+                width = len(data) // count
+                feature = _field(tag, _field(inner, data[s * width:e * width]))
+            entries.append(_field(b"\x0a", key + _field(b"\x12", feature)))
+        blocks.append(_field(b"\x0a", b"".join(entries)))
+    return blocks

@@ -71,26 +71,21 @@ def block_files(file_pattern: str) -> List[str]:
 def encode_blocks(columns, buckets, rows: int = BLOCK_ROWS) -> list:
     """A record batch of scalar float32 and string/binary columns (safe names) as column
     blocks of `rows` rows (the last one shorter): a missing number NaN, a missing string
-    empty, and each row's validation-slice bucket (`buckets`) under SLICE_FEATURE."""
+    empty, and each row's validation-slice bucket (`buckets`, 0-99) under SLICE_FEATURE.
+    Laid out with Arrow and numpy (example_encoder.encode_blocks); the train input parses
+    them with RaggedFeature (components/train/data.py: block_parse_spec)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
-    from tfx_bsl.coders import example_coder
 
-    count = columns.num_rows
-    if not count:
+    from components.contracts import example_encoder
+
+    if not columns.num_rows:
         return []
-    offsets = pa.array(np.append(np.arange(0, count, rows), count).astype(np.int32))
-    arrays = []
-    for column in columns.columns:
-        if pa.types.is_floating(column.type):
-            column = pc.fill_null(column.cast(pa.float32()), float("nan"))
-        else:
-            column = pc.fill_null(column.cast(pa.binary()), b"")
-        arrays.append(pa.ListArray.from_arrays(offsets, column))
-    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(np.asarray(buckets, np.int64))))
-    return example_coder.RecordBatchToExamples(
-        pa.RecordBatch.from_arrays(arrays, [*columns.schema.names, SLICE_FEATURE]))
+    buckets = np.asarray(buckets, np.int64)
+    if len(buckets) and (buckets.min() < 0 or buckets.max() > 127):
+        raise ValueError("encode_blocks: slice buckets must be in 0-127")
+    batch = pa.RecordBatch.from_arrays([*columns.columns, pa.array(buckets)], [*columns.schema.names, SLICE_FEATURE])
+    return example_encoder.encode_blocks(batch, [SLICE_FEATURE], rows)
 
 
 def blockable(types) -> bool:

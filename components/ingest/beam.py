@@ -60,7 +60,6 @@ class ReadPrepareSplit:
         self.eval_percent, self.split_key, self.cutoff = eval_percent, split_key, cutoff
 
     def __call__(self, item):
-        import pyarrow as pa
         from apache_beam import pvalue
 
         index, f = item
@@ -73,11 +72,11 @@ class ReadPrepareSplit:
                 dropped += lost
                 if prepared is None:
                     continue
-                for split, mask in prepared.masks():
-                    if mask.any():
-                        rows[split] += int(mask.sum())
-                        yield pvalue.TaggedOutput(split, prepared.records_of(mask))
-                        yield pvalue.TaggedOutput(_tag(split), prepared.lists.filter(pa.array(mask)))
+                for split, start, stop in prepared.ranges():
+                    if stop > start:
+                        rows[split] += stop - start
+                        yield pvalue.TaggedOutput(split, prepared.records[start:stop])
+                        yield pvalue.TaggedOutput(_tag(split), prepared.lists.slice(start, stop - start))
         except GpupipeError as err:
             yield pvalue.TaggedOutput("errors", json.dumps({"index": index, "error": str(err)}))
             return

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from components import record_workers_peak_rss, vm_hwm_kb
 from components.contracts import names
 from components.contracts.errors import reports_errors
 from components.contracts.examples import BLOCK_ROWS, block_shard_path, blockable, encode_blocks, shard_path
@@ -125,13 +125,15 @@ class _Outputs:
                            for split in names.SPLITS} if with_statistics else {}
 
     def add(self, prepared) -> None:
-        for split, mask in prepared.masks():
-            records = prepared.records_of(mask)
+        for split, start, stop in prepared.ranges():
+            if start == stop:
+                continue
+            records = prepared.records[start:stop]
             self.writers[split].write(records)
-            if self.block_writers and mask.any():
-                self.block_writers[split].write_blocks(prepared.columns.filter(pa.array(mask)), records)
-            if self.statistics and mask.any():
-                self.statistics[split].add(prepared.lists.filter(pa.array(mask)))
+            if self.block_writers:
+                self.block_writers[split].write_blocks(prepared.columns.slice(start, stop - start), records)
+            if self.statistics:
+                self.statistics[split].add(prepared.lists.slice(start, stop - start))
 
     def close(self) -> None:
         for writer in [*self.writers.values(), *self.block_writers.values()]:
@@ -146,6 +148,12 @@ class _Outputs:
                 "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
 
 
+# Rows prepared at once (several read batches joined by the step's process before it hands
+# them to a worker): the TFDV generators and the encoders cost a fixed time per batch and
+# column (bench/ingest.py measures the whole).
+WORK_ROWS = 60_000
+
+
 class _Worker:
     """A worker process's part (parallel.Workers): prepares each batch it is given and writes
     it to its own shards."""
@@ -154,15 +162,54 @@ class _Worker:
         self._settings, self._split_key = settings, split_key
         self._outputs = _Outputs(output_dir, settings, shard_index=lambda n: n * workers + index, **outputs)
 
-    def add(self, batch: pa.RecordBatch, source: RowSource, cutoff: Optional[int]) -> None:
+    def add(self, batch, source: RowSource, cutoff: Optional[int]) -> None:
+        """One batch (from the step's process, in Arrow's stream format: `to_stream`)."""
+        if not isinstance(batch, pa.RecordBatch):
+            batch = pa.ipc.open_stream(batch).read_next_batch()
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
             self._outputs.add(prepared)
 
     def finish(self) -> dict:
+        """What this worker counted, with its peak RSS (kB; None where unknown)."""
         self._outputs.close()
-        return self._outputs.counts()
+        return {**self._outputs.counts(), "peak_rss_kb": vm_hwm_kb()}
+
+    def close(self) -> None:
+        self._outputs.close()
+
+
+def _gathered(batches, per_row_files: bool):
+    """Read batches (about 15,000 rows of a CSV) joined into batches of at least WORK_ROWS
+    (a source whose rows are files: as they are, each batch naming its rows' files)."""
+    pending, rows = [], 0
+    for batch in batches:
+        if per_row_files:
+            yield batch
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= WORK_ROWS:
+            yield _joined(pending)
+            pending, rows = [], 0
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(batches: List[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 30)[0]
+
+
+def to_stream(batch: pa.RecordBatch) -> pa.Buffer:
+    """A batch in Arrow's stream format, for a worker process: about a third of pickling
+    it (pickle copies each buffer through Python)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
 
 
 def input_cores() -> int:
@@ -222,20 +269,22 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
             entry = per_file.setdefault(unit.uri, {"uri": unit.uri, "bytes": 0, "rows": 0})
             entry["bytes"] += unit.size
             source = RowSource(unit.uri, unit.format, unit.files)
-            for batch in unit.batches:
-                labelled = pc.sum(pc.is_valid(batch.column(0))).as_py() or 0 if batch.num_rows else 0
+            for batch in _gathered(unit.batches, per_row_files=bool(unit.files)):
+                labelled = batch.num_rows - batch.column(0).null_count
                 dropped_no_label += batch.num_rows - labelled
                 entry["rows"] += labelled
                 if labelled and pool:
-                    pool.submit(batch, source, cutoff)
+                    pool.submit(to_stream(batch), source, cutoff)
                 elif labelled:
                     local.add(batch, source, cutoff)
         parts = pool.finish() if pool else [local.finish()]
+        if pool:  # the step's peak RSS counts its workers' (a pod's memory is the sum of its processes')
+            record_workers_peak_rss(sum(p["peak_rss_kb"] or 0 for p in parts))
     finally:
         if pool:
             pool.stop()
         else:
-            local.finish()  # (closes the shards once; again a no-op)
+            local.close()  # (after finish, a no-op)
     rows = {split: sum(p["rows"][split] for p in parts) for split in names.SPLITS}
     stats = None
     if with_statistics:

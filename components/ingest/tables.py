@@ -148,25 +148,23 @@ def common_statistics(feature):
 
 @dataclass
 class PreparedBatch:
-    """One read batch with a label in every row: its list columns (what TFDV takes), its
-    tf.Example records, per row whether it is in the eval split, and its scalar columns under
-    their safe names (what the column blocks hold: contracts.examples.encode_blocks)."""
+    """One read batch with a label in every row, its rows ordered by split (the eval rows
+    first, each split's rows in the source's order): its list columns (what TFDV takes), its
+    tf.Example records, the number of eval rows, and its scalar columns under their safe
+    names (what the column blocks hold: contracts.examples.encode_blocks)."""
 
     lists: pa.RecordBatch
     records: List[bytes]
-    is_eval: np.ndarray
+    eval_rows: int
     columns: Optional[pa.RecordBatch] = None
 
     @property
     def rows(self) -> int:
         return len(self.records)
 
-    def masks(self):
-        """(split, boolean row mask) for each split."""
-        return ((names.EVAL_SPLIT, self.is_eval), (names.TRAIN_SPLIT, ~self.is_eval))
-
-    def records_of(self, mask: np.ndarray) -> List[bytes]:
-        return [r for r, keep in zip(self.records, mask) if keep]
+    def ranges(self):
+        """(split, first row, row after the last) for each split."""
+        return ((names.EVAL_SPLIT, 0, self.eval_rows), (names.TRAIN_SPLIT, self.eval_rows, self.rows))
 
 
 def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, eval_percent: int,
@@ -179,9 +177,9 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     engines (this module's loop and components/ingest/beam.py's DoFn) run every batch
     through it."""
     features = columns.features
-    has_label = pc.is_valid(batch.column(0))
-    dropped = batch.num_rows - pc.sum(has_label).as_py() if batch.num_rows else 0
-    batch = batch.filter(has_label)
+    dropped = batch.column(0).null_count
+    if dropped:
+        batch = batch.filter(pc.is_valid(batch.column(0)))
     if batch.num_rows == 0:
         return dropped, None
     batch, derived = prepare_values(batch, columns, source)
@@ -193,6 +191,13 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     if split_key and split_key not in features:  # read for the split alone
         keep = [i for i, name in enumerate(batch.schema.names) if name != split_key]
         batch = pa.RecordBatch.from_arrays([batch.column(i) for i in keep], [batch.schema.names[i] for i in keep])
+    # The eval rows first (one take, each split then a slice of the batch, not a filter a split)
+    eval_rows = int(is_eval.sum())
+    if 0 < eval_rows < len(is_eval):
+        order = np.concatenate([np.flatnonzero(is_eval), np.flatnonzero(~is_eval)])
+        batch = batch.take(pa.array(order))
+        if derived:
+            derived = {name: column.take(pa.array(order)) for name, column in derived.items()}
     lists = as_list_batch(batch)
     lists = pa.RecordBatch.from_arrays(lists.columns, [safe_name(c) for c in lists.schema.names])
     records = encode_examples(batch, lists)
@@ -200,7 +205,7 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     if derived:  # for the statistics alone, beside the features
         extra = as_list_batch(pa.RecordBatch.from_arrays(list(derived.values()), [safe_name(n) for n in derived]))
         lists = pa.RecordBatch.from_arrays([*lists.columns, *extra.columns], [*lists.schema.names, *extra.schema.names])
-    return dropped, PreparedBatch(lists, records, is_eval, columns)
+    return dropped, PreparedBatch(lists, records, eval_rows, columns)
 
 
 def by_unit(per_file: List[dict], files: List[readers.SourceFile]) -> List[dict]:

@@ -1,0 +1,49 @@
+"""A step's peak RSS in the run's record counts its worker processes (issue #36): ingest's
+forked workers report their high-water marks and the record carries the step's own plus their
+sum, as a pod's memory is the sum of its processes'."""
+import os
+import sys
+
+import pytest
+
+from pipelines import stopping
+
+pytestmark = pytest.mark.unit
+
+ROWS = 3000
+
+
+def _ingest(src: str, out: str, workers: int) -> list:
+    """The command of a task that ingests `src` with `workers` worker processes."""
+    code = ("import sys; from components.ingest.logic import ingest_data; "
+            "from components.ingest.test_logic import data; "
+            "ingest_data(data(sys.argv[1]), sys.argv[2], workers=int(sys.argv[3]))")
+    return [sys.executable, "-c", code, src, out, str(workers)]
+
+
+def test_ingests_recorded_peak_rss_adds_its_workers(tmp_path, monkeypatch):
+    from components.ingest.test_logic import HEADER, rows_text
+
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    src = tmp_path / "rows.csv"
+    src.write_text(HEADER + rows_text(ROWS))
+    assert stopping.run_task(_ingest(str(src), str(tmp_path / "one"), 0)) == 0
+    alone = stopping.take_peak_rss_mb()
+    assert stopping.run_task(_ingest(str(src), str(tmp_path / "two"), 2)) == 0
+    with_workers = stopping.take_peak_rss_mb()
+    assert (tmp_path / "two" / "manifest.json").exists()
+    # Each worker is forked once TensorFlow and TFDV are imported, and holds them (more than
+    # 200 MB resident): the record adds two such processes to the step's own.
+    assert alone > 200 and with_workers - alone > 2 * 200, (alone, with_workers)
+    assert not [f for f in os.listdir("/tmp") if f.startswith("gpupipe-peak-rss-")  # nothing left behind
+                and f.endswith(".workers") and os.path.getmtime(os.path.join("/tmp", f)) > src.stat().st_mtime]
+
+
+def test_a_warm_tasks_figure_is_not_counted_twice(tmp_path):
+    """wait4 reports the largest of a warm fork's and its workers' own peaks: the record then
+    takes the fork's own as it wrote it, plus the workers'."""
+    workers = tmp_path / "peak.workers"
+    workers.write_text("500000 900000")  # the step's own then, its two workers' sum
+    assert stopping._with_workers(450000, True, str(workers)) == 1400000
+    assert stopping._with_workers(510000, False, str(workers)) == 1410000  # cold: its own at exit
+    assert stopping._with_workers(510000, False, str(tmp_path / "none")) == 510000
