@@ -76,7 +76,7 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
     categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
     rows = int(train_stats.num_examples)
     stride = max(1, math.ceil(rows / LINEAR_MAX_TRAIN_ROWS))
-    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride)
+    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride, rows)
     if not regression and len(set(y)) < 2:
         return None
     design = fit_design(x, numeric, categorical)
