@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from components.contracts.examples import split_files, spread_shards
+from components.contracts.examples import block_files, examples_pattern, split_files, spread_shards
 
 LINEAR_MAX_TRAIN_ROWS = 50_000
 SPREAD_SHARDS = 4  # a strided read takes at least this many shards, spread over the split
@@ -27,10 +27,11 @@ _READ_BATCH = 4096
 
 
 def read_split(examples_dir: str, split: str, label: str, kinds: Dict[str, str], regression: bool,
-               stride: int = 1) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+               stride: int = 1, rows: int = 0) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
     """About one example in `stride` of a split (all of them with 1) as columns: numeric
     float (NaN when missing), categorical bytes (b"" when missing); and the labels (text for
-    classes)."""
+    classes). `rows`: the split's, when known: a strided read takes whole column blocks when
+    every shard holds enough of them for the stride."""
     import tensorflow as tf
 
     spec = {label: tf.io.FixedLenFeature([], tf.float32 if regression else tf.string)}
@@ -38,6 +39,11 @@ def read_split(examples_dir: str, split: str, label: str, kinds: Dict[str, str],
         spec[name] = (tf.io.FixedLenFeature([], tf.float32, default_value=math.nan) if kind == "numeric" else
                       tf.io.FixedLenFeature([], tf.string, default_value=""))
     files, parallel = split_files(examples_dir, split), None
+    blocks = block_files(examples_pattern(examples_dir, split)) if stride > 1 and rows else []
+    if len(blocks) > 1:  # the same rows as column blocks (ingest's): a fraction of the decompression and parse
+        read = _read_blocks(blocks, spec, stride, rows)
+        if read is not None:
+            return _label_apart(read, label, regression)
     if stride > 1 and len(files) > 1:
         # Reading every record to keep one in `stride` decompresses the whole split (at 2M rows
         # most of the linear start's and the baseline's time): read a spread share of the
@@ -59,7 +65,41 @@ def read_split(examples_dir: str, split: str, label: str, kinds: Dict[str, str],
         parsed = tf.io.parse_example(batch, spec)
         for name in spec:
             columns[name].append(parsed[name].numpy())
+    return _label_apart({name: np.concatenate(parts) if parts else np.empty(0) for name, parts in columns.items()},
+                        label, regression)
+
+
+def _read_blocks(files: List[str], spec: dict, stride: int, rows: int):
+    """read_split's strided sample from column blocks (contracts/examples.py: encode_blocks,
+    whole blocks of consecutive rows): a spread share of the block shards (at least
+    SPREAD_SHARDS) and every k-th block of those, for about one row in `stride` (at 2M rows
+    0.9 CPU-s against about 3.4 from the row shards); None when a shard holds fewer than k
+    blocks (too coarse) or the blocks do not hold every column of `spec` (row shards then)."""
+    import tensorflow as tf
+
+    from components.contracts.examples import BLOCK_ROWS
+
+    picked = spread_shards(files, 1 / stride, at_least=SPREAD_SHARDS)
+    every, parallel = max(1, round(stride * len(picked) / len(files))), min(len(picked), 4)
+    if rows / len(files) < 4 * every * BLOCK_ROWS:
+        return None
+    ragged = {name: tf.io.RaggedFeature(feature.dtype) for name, feature in spec.items()}
+    dataset = tf.data.Dataset.from_tensor_slices(picked).interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20).shard(every, 0),
+        cycle_length=parallel, num_parallel_calls=parallel)
+    columns: Dict[str, List[np.ndarray]] = {name: [] for name in spec}
+    try:
+        for batch in dataset.batch(16):
+            parsed = tf.io.parse_example(batch, ragged)
+            for name in spec:
+                columns[name].append(parsed[name].flat_values.numpy())
+    except tf.errors.InvalidArgumentError:  # a column of another type in the blocks
+        return None
     out = {name: np.concatenate(parts) if parts else np.empty(0) for name, parts in columns.items()}
+    return out if len({len(v) for v in out.values()}) == 1 else None
+
+
+def _label_apart(out: Dict[str, np.ndarray], label: str, regression: bool):
     y = out.pop(label)
     if not regression:
         values, inverse = np.unique(y, return_inverse=True)
@@ -159,12 +199,16 @@ def fit_linear(matrix, y: np.ndarray, regression: bool, classes: List[str]) -> L
     names, as logits over `classes` (a binary model's one weight vector becomes the logit of
     the second class, the first's 0: the same probabilities under softmax)."""
     from sklearn.linear_model import LogisticRegression, Ridge
+    from threadpoolctl import threadpool_limits
 
-    if regression:
-        model = Ridge(alpha=1.0).fit(matrix, y.astype(np.float64))
-        return LinearFit("Ridge", np.asarray(model.coef_, dtype=np.float64).reshape(-1, 1),
-                         np.array([float(model.intercept_)]), True)
-    model = LogisticRegression(max_iter=2000).fit(matrix, y)
+    # One BLAS thread: lbfgs' dense steps are small, and OpenBLAS' threads spun on them (53k
+    # rows at 2M: 2.5-3.0 CPU-s for the fit, 0.7-0.9 with one thread, and sooner).
+    with threadpool_limits(1):
+        if regression:
+            model = Ridge(alpha=1.0).fit(matrix, y.astype(np.float64))
+            return LinearFit("Ridge", np.asarray(model.coef_, dtype=np.float64).reshape(-1, 1),
+                             np.array([float(model.intercept_)]), True)
+        model = LogisticRegression(max_iter=2000).fit(matrix, y)
     learnt = list(model.classes_)
     coef = np.zeros((matrix.shape[1], len(classes)))
     intercept = np.full(len(classes), ABSENT_CLASS_LOGIT)

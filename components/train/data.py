@@ -305,6 +305,9 @@ INPUT_DESCRIPTIONS = {
 }
 
 
+ONE_EPOCH_INPUT = "shards read and parsed as the epoch goes (one epoch: no cache, nothing would replay it)"
+
+
 def scratch_directory(setting: str) -> str:
     """Local scratch for the disk input cache: the setting, else $GPUPIPE_SCRATCH_DIR, else
     the system temp directory."""
@@ -325,6 +328,19 @@ def choose_input_cache(estimated_bytes: int, memory_budget_mb: int, disk_budget_
         if estimated_bytes <= free // 2:
             return names.CACHE_DISK
     return names.CACHE_NONE
+
+
+def choose_caches(estimated_bytes: int, held_rows: int, train_rows: int, epochs: int, memory_budget_mb: int,
+                  disk_budget_mb: int, scratch_dir: str):
+    """(the train batches' cache, the validation slice's). The train batches: none with one
+    epoch (nothing replays them: the copy and the memory are saved), else choose_input_cache.
+    The slice (`held_rows` at most; about VALIDATION_ROWS at scale) is passed over after every
+    epoch and for the linear start's scores: memory when the held-out rows fit the budget."""
+    cache = choose_input_cache(estimated_bytes, memory_budget_mb, disk_budget_mb, scratch_dir) \
+        if epochs > 1 else names.CACHE_NONE
+    held_bytes = held_rows * estimated_bytes // max(1, train_rows)
+    fits = cache == names.CACHE_MEMORY or 0 < held_bytes <= memory_budget_mb * 2 ** 20
+    return cache, names.CACHE_MEMORY if held_rows and fits else names.CACHE_NONE
 
 
 @contextlib.contextmanager

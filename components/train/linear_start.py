@@ -76,7 +76,7 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
     categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
     rows = int(train_stats.num_examples)
     stride = max(1, math.ceil(rows / LINEAR_MAX_TRAIN_ROWS))
-    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride)
+    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride, rows)
     if not regression and len(set(y)) < 2:
         return None
     design = fit_design(x, numeric, categorical)
@@ -164,7 +164,7 @@ def read_beside(plan, make_validation):
     running in a thread beside the body (the linear start: mostly one core too), done when
     the body is; or yields None when that pass cannot run early: no slice, no memory cache
     to keep it, or a regression, whose target the linear start may change."""
-    if not plan.held_out or plan.cache != names.CACHE_MEMORY or plan.specs.task == "regression":
+    if not plan.held_out or plan.validation_cache != names.CACHE_MEMORY or plan.specs.task == "regression":
         yield None
         return
     from concurrent.futures import ThreadPoolExecutor
@@ -299,13 +299,17 @@ class EarlyStoppingFromTheStart(tf_keras.callbacks.EarlyStopping):
         self._score_the_start()
         self._timed(started)
 
+    def _start_scores(self):
+        """(the starting weights' scores on the slice, their per-row losses or None: a pass then)."""
+        return self.model.evaluate(self.validation, verbose=0, return_dict=True), None
+
     def _score_the_start(self) -> None:
-        scores = self.model.evaluate(self.validation, verbose=0, return_dict=True)
+        scores, rows = self._start_scores()
         self.start_scores = {k: float(v) for k, v in scores.items()}  # the report's best_validation_* when kept
         value = scores.get(self.monitor[len("val_"):])
         if value is not None and math.isfinite(value):
             self.start_value = float(value)
-            self._start_rows = self._row_losses() if self.monitor == "val_loss" else None
+            self._start_rows = (self._row_losses() if rows is None else rows) if self.monitor == "val_loss" else None
             self.best, self.best_epoch = self.start_value, -1
             self.best_weights = self.model.get_weights()
             print(f"early stopping: {self.monitor} {value:.5g} before the first epoch (the linear start); an epoch "

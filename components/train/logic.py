@@ -68,8 +68,7 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
     return model
 
 
-# Held-out rows the validation slice reads at most (about: whole shards): early stopping's
-# metric on 25,000 rows is within about 0.3% of the whole slice's.
+# Held-out rows the validation slice reads at most (about): its metric on 25,000 rows is within about 0.3% of the whole's.
 VALIDATION_ROWS = 25_000
 
 
@@ -106,6 +105,7 @@ class Plan:
     scratch: str
     cache: str
     estimated_bytes: int
+    validation_cache: str = "none"  # the slice's: memory when the held-out rows fit the memory budget
 
 
 def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings, phases: Optional[Phases] = None) -> Plan:
@@ -114,7 +114,7 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
     import tf_keras
 
     from components.contracts.statistics import load_statistics
-    from components.train.data import choose_input_cache, parsed_bytes_per_row
+    from components.train.data import choose_caches, parsed_bytes_per_row
     from components.train.runtime import choose_strategy, compute_capability, precision_policy
 
     s, phases = settings, phases or Phases()
@@ -134,6 +134,8 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
     k = s.gradient_accumulation_steps
     scratch = scratch_directory(s.scratch_dir or "")
     estimated = train_rows * parsed_bytes_per_row(specs, train_stats)
+    cache, validation_cache = choose_caches(estimated, train_rows - fit_rows if held_out else 0, train_rows, s.epochs,
+                                            s.cache_budget_mb, s.disk_cache_budget_mb, scratch)
     phases.mark(phase.STATISTICS)
     return Plan(
         settings=s, specs=specs, model_specs=model_specs, metric="rmse" if s.task == "regression" else "accuracy",
@@ -142,8 +144,7 @@ def plan_training(statistics_dir: str, columns: Columns, settings: TrainSettings
         held_out=held_out, fit_rows=fit_rows,
         # With accumulation an epoch is whole k-step windows (each applies one update).
         steps_per_epoch=k * max(1, math.ceil(fit_rows / (global_batch * k))), target=target, target_why=target_why,
-        scratch=scratch, cache=choose_input_cache(estimated, s.cache_budget_mb, s.disk_cache_budget_mb, scratch),
-        estimated_bytes=estimated)
+        scratch=scratch, cache=cache, estimated_bytes=estimated, validation_cache=validation_cache)
 
 
 def training_inputs(examples_dir: str, plan: Plan, cache_dir: str, validation=None):
@@ -161,17 +162,15 @@ def training_inputs(examples_dir: str, plan: Plan, cache_dir: str, validation=No
 
 def validation_input(examples_dir: str, plan: Plan):
     """The validation slice's batches (plan.held_out > 0): held-out train rows (never the eval
-    split), kept in memory after its first pass when the train split fits the memory budget.
-    Its first pass hashes every record it reads, so past VALIDATION_ROWS held-out rows it
-    reads only the share of the shards that holds about that many (spread over them): at 2M
-    rows the slice's first pass read the whole split, 62.5 s of a 160 s train task
-    (docs/benchmarks.md, "Scale")."""
+    split), kept in memory after its first pass when the held-out rows fit the memory budget;
+    past VALIDATION_ROWS held-out rows, from the share of the shards that holds about that
+    many (spread over them; docs/benchmarks.md, "Scale")."""
     from components.train.data import make_dataset
 
     held_rows = plan.train_rows - plan.fit_rows
     return make_dataset(
         examples_pattern(examples_dir, names.TRAIN_SPLIT), plan.specs, plan.global_batch, shuffle=False,
-        seed=plan.settings.seed, cache=names.CACHE_MEMORY if plan.cache == names.CACHE_MEMORY else names.CACHE_NONE,
+        seed=plan.settings.seed, cache=plan.validation_cache,
         validation_percent=plan.held_out, part="validation", target=plan.target,
         shard_share=min(1.0, VALIDATION_ROWS / held_rows) if held_rows else 1.0)
 
@@ -216,16 +215,19 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
         from components.train.vision import FineTune
 
         callbacks.append(FineTune(s.image.fine_tune_after))
-    stopper = None
+    stopper, validation_data = None, validation
     if s.early_stopping:
         stop = s.early_stopping
         metric = stop.metric if stop.metric in ("loss", plan.metric) else "loss"
         # A resumed run starts counting patience and best weights again from its resume.
-        from components.train.linear_start import EarlyStoppingFromTheStart
+        from components.train.stopping import EarlyStoppingFromTheStart, SliceScoringStopper
 
-        stopper = EarlyStoppingFromTheStart(  # with a linear start, the starting weights are a candidate too
-            validation=validation if start is not None else None, monitor=("val_" if plan.held_out else "") + metric, mode="max" if metric == "accuracy" else "min",
-            patience=stop.patience, min_delta=stop.min_delta, restore_best_weights=True, verbose=1)
+        kwargs = dict(monitor=("val_" if plan.held_out else "") + metric, mode="max" if metric == "accuracy" else "min",
+                      patience=stop.patience, min_delta=stop.min_delta, restore_best_weights=True, verbose=1)
+        if start is not None and validation is not None and s.task != "regression":  # it scores the slice itself
+            stopper, validation_data = SliceScoringStopper(validation, start, **kwargs), None
+        else:  # with a linear start, the starting weights are a candidate too
+            stopper = EarlyStoppingFromTheStart(validation=validation if start is not None else None, **kwargs)
         callbacks.append(stopper)
     if log_dir and chief:
         callbacks.append(tf_keras.callbacks.TensorBoard(log_dir, update_freq="epoch",
@@ -236,7 +238,7 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
     try:
         with GpuSampler() as gpu:
             history = model.fit(dataset, epochs=s.epochs, steps_per_epoch=plan.steps_per_epoch, callbacks=callbacks,
-                                validation_data=validation, verbose=0)
+                                validation_data=validation_data, verbose=0)
     finally:
         if guard:
             guard.uninstall()
@@ -257,7 +259,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     `backup_dir` is resumed from. `phases` (default: from this call) times it
     (components/train/phases.py), through the report's."""
     from components.contracts.compat.tensorflow import graph_code_without_autograph
-    from components.train.data import input_cache_directory, INPUT_DESCRIPTIONS
+    from components.train.data import input_cache_directory, INPUT_DESCRIPTIONS, ONE_EPOCH_INPUT
     from components.train.export import export_model
 
     phases = phases or Phases()
@@ -271,7 +273,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
             plan, start = with_linear_start(examples_dir, statistics_dir, plan)
         phases.mark(phase.LINEAR_START if validation is None else phase.LINEAR_START_BESIDE)
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
-        print(f"input: {INPUT_DESCRIPTIONS[plan.cache]} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
+        described = INPUT_DESCRIPTIONS[plan.cache] if settings.epochs > 1 else ONE_EPOCH_INPUT
+        print(f"input: {described} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
               "parsed)", flush=True)
         dataset, validation = training_inputs(examples_dir, plan, cache_dir, validation)
         model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
@@ -302,16 +305,14 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
               backup_dir: str = "", log_dir: str = "", report_dir: str = "", phases: Optional[Phases] = None) -> dict:
     """Training in this process, as the train task and `python -m components.train` (each
-    worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (KFP
-    and the job controller retry it; the retry resumes).
+    worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (retried).
 
     Any of the directories may be on an object store (a multi-worker job's workers get the
     artifact URIs): inputs are staged into local scratch through the storage layer first
     (docs/benchmarks.md, "Staging", measures it), the model, its TensorBoard logs and the
     report are written locally and copied up once whole (the model `saved_model.pb` last).
-    TensorFlow's own filesystems are not used, so gs:// and s3:// take the same path.
-    Returns the JSON report, its `phases` (default: from this call) with the copies up.
-    Its entry points (run_train_task, `python -m components.train`)
+    TensorFlow's own filesystems are not used, so gs:// and s3:// take the same path. Returns
+    the JSON report, its `phases` (default: from this call) with the copies up. Its entry points
     report a GpupipeError; this does not, so one error is reported once."""
     phases = phases or Phases()
     remote = [d for d in (examples_dir, statistics_dir, model_dir, log_dir) if d and storage.is_remote(d)]
@@ -353,8 +354,7 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
             shutil.rmtree(stage, ignore_errors=True)
 
 
-def _sibling(location: str, name: str) -> str:
-    """`<parent of location>/<name>` for a local path or an object store URI."""
+def _sibling(location: str, name: str) -> str:  # <parent of location>/<name>, local or a URI
     return storage.join(storage.parent(location), name)
 
 

@@ -165,7 +165,7 @@ def strategy_name(strategy) -> str:
     return type(strategy).__name__
 
 
-def compute_only_step_seconds(model, dataset, strategy, steps: int = 30) -> Optional[float]:
+def compute_only_step_seconds(model, dataset, strategy, steps: int = 10) -> Optional[float]:
     """Median time of the model's own train step on one batch held in memory: the step time
     without input wait. The training steps' median against this gives the input-wait
     fraction. Called after the export: the extra steps change only this in-memory copy,
