@@ -265,8 +265,8 @@ def test_the_linear_designs_text_block_is_scikit_learns_tfidf():
     from components.contracts.linear_text import fit_text_column, text_block
     from components.kinds.text_tokens import token_lists
 
-    fitted = ["Great kettle, great price!", "Awful kettle. Broke, not great", "", "great, GREAT great", "Ça marche très bien",
-              "awful price", "ça marche"]
+    fitted = ["Great kettle, great price!", "Awful kettle. Broke, not great", "", "great, GREAT great",
+              "Ça marche très bien", "awful price", "ça marche"]
     column = fit_text_column("review", [v.encode() for v in fitted], 2)
     reference = TfidfVectorizer(analyzer=lambda tokens: tokens, min_df=2, sublinear_tf=True)
     reference.fit(token_lists(fitted, 2))
