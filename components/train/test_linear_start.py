@@ -28,7 +28,7 @@ def test_a_binary_fit_gives_logistic_regressions_probabilities_in_the_given_clas
     y = np.where(x[:, 0] + 0.5 * rng.normal(size=200) > 0, "yes", "no").astype(object)
     fit = fit_linear(x, y, False, ["yes", "no"])
     expected = LogisticRegression(max_iter=2000).fit(x, y).predict_proba(x)  # columns: no, yes
-    np.testing.assert_allclose(fit.predict(x), expected[:, ::-1], atol=1e-9)
+    np.testing.assert_allclose(fit.predict(x), expected[:, ::-1], atol=1e-6)  # the weights at float32 precision
 
 
 def test_the_untrained_model_is_the_linear_fit_also_for_missing_and_unseen_values(
