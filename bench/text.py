@@ -11,7 +11,9 @@ quality: `gpupipe init T.csv --label recommended` (no edits), then its steps one
 (ingest, validate, train, evaluate with the config's own settings, as `gpupipe run` runs them),
 and the same config with data.text_features removed; eval AUC of both and whether each is
 blessed. Beside them, 5-fold on the whole table: TF-IDF (unigrams and bigrams) + logistic
-regression on the text, and LightGBM on the other columns.
+regression on the text, and LightGBM on the other columns (also with the rows that share their
+values kept in one fold, as gpupipe's split keeps them in one split); and LightGBM on the run
+without the text's own split (its train split to fit, its eval split to score).
 
 speed: the text input path, tokenise + vocabulary lookup + batch (the bag's ids, tf.data on
 the train shards, parsed by batch as train parses), against the table path alone (parse the
@@ -108,9 +110,39 @@ def compare(csv_path: str, work: Path, encoder: str = "", label: str = LABEL,
         raw["data"]["text_features"] = [{"name": c, "encoder": encoder} for c in raw["data"].get("text_features", [])]
     without = copy.deepcopy(raw)
     without["data"].pop(leave_out, None)
+    left = parse_config(without)
     return {"proposed": {k: v for k, v in raw["data"].items() if k.endswith("_features")},
             "with": _steps(parse_config(raw), work / "with"),
-            f"without_{leave_out}": _steps(parse_config(without), work / "without")}
+            f"without_{leave_out}": {**_steps(left, work / "without"),
+                                     "lightgbm_on_its_split_auc": lightgbm_on_the_split(str(work / "without" / "ex"))}}
+
+
+def lightgbm_on_the_split(examples_dir: str) -> float:
+    """LightGBM (defaults) on the run's own split: fitted on its train split's numeric and
+    categorical features, scored on its eval split (AUC; bench/quality.py's comparison)."""
+    import lightgbm
+    import pandas as pd
+    from sklearn.metrics import roc_auc_score
+
+    from components.contracts.examples import read_manifest
+    from components.contracts.linear import read_split
+    from components.kinds import kind_named
+
+    manifest = read_manifest(examples_dir)
+    kinds = {n: kind_named(k).linear for n, k in manifest["features"].items()
+             if kind_named(k).linear in ("numeric", "categorical")}
+    if not kinds:
+        return float("nan")
+    (x, y), (xe, ye) = (read_split(examples_dir, split, manifest["label"], kinds, False) for split in ("train", "eval"))
+    frames = [pd.DataFrame({n: v if kinds[n] == "numeric" else pd.Series(v).astype(str) for n, v in c.items()})
+              for c in (x, xe)]
+    for n in [n for n, k in kinds.items() if k == "categorical"]:
+        levels = sorted(set(frames[0][n]) | set(frames[1][n]))
+        for f in frames:
+            f[n] = pd.Categorical(f[n], categories=levels)
+    positive = sorted(set(y))[-1]
+    model = lightgbm.LGBMClassifier(verbose=-1).fit(frames[0], y == positive)
+    return round(float(roc_auc_score(ye == positive, model.predict_proba(frames[1])[:, 1])), 4)
 
 
 def cross_validated(csv_path: str, table: str = "synthetic") -> Dict[str, float]:
@@ -121,7 +153,7 @@ def cross_validated(csv_path: str, table: str = "synthetic") -> Dict[str, float]
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
 
     _, _, label, positive, text = TABLES[table]
@@ -144,8 +176,15 @@ def cross_validated(csv_path: str, table: str = "synthetic") -> Dict[str, float]
     def auc(model, x):
         return round(float(cross_val_score(model, x, y, cv=folds, scoring="roc_auc").mean()), 4)
 
+    # gpupipe's split hashes the feature values: rows with the same values stay in one split. The
+    # same 5 folds, rows with the same other columns kept in one fold, are LightGBM's reference on
+    # those terms (the same as the plain folds when the other columns differ in every row).
+    groups = pd.util.hash_pandas_object(frame.drop(columns=[label, text]).astype(str), index=False).to_numpy()
+    grouped = list(StratifiedGroupKFold(5, shuffle=True, random_state=0).split(others, y, groups))
     out = {"tfidf_logistic_auc": auc(tfidf, frame[text]),
-           "lightgbm_other_columns_auc": auc(lightgbm.LGBMClassifier(verbose=-1), others)}
+           "lightgbm_other_columns_auc": auc(lightgbm.LGBMClassifier(verbose=-1), others),
+           "lightgbm_other_columns_grouped_auc": round(float(cross_val_score(
+               lightgbm.LGBMClassifier(verbose=-1), others, y, cv=grouped, scoring="roc_auc").mean()), 4)}
     if times:
         out["lightgbm_other_columns_without_the_time_auc"] = auc(lightgbm.LGBMClassifier(verbose=-1),
                                                                  others.drop(columns=times))

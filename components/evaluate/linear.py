@@ -6,7 +6,8 @@ Features as the examples artifact's manifest declares them, in the shared linear
 (components/contracts/linear.py, the one the default model starts from): numeric ones
 imputed with the train median (plus a missing indicator) and standardised; categorical
 ones one-hot, the `LINEAR_MAX_CATEGORIES` most frequent values of each (the rest, and
-values unseen in training, share one column). At most about `LINEAR_MAX_TRAIN_ROWS` train
+values unseen in training, share one column); text ones the TF-IDF of their tokens and
+n-grams (contracts/linear_text.py). At most about `LINEAR_MAX_TRAIN_ROWS` train
 rows, every k-th one across the split, so the baseline's cost stays bounded on a large
 table (the click-through table's 160k train rows: about 4 s; see docs/quality.md).
 """
@@ -23,7 +24,7 @@ from components.contracts.examples import read_manifest
 from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
                                          fit_linear, read_linear_fit, read_split)
 from components.kinds import kind_named
-from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC
+from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC, LINEAR_TEXT
 
 
 @dataclass
@@ -93,15 +94,17 @@ def saved_baseline(model_dir: str, found: BaselineInput, task: str) -> Optional[
     return None if saved is None else BaselineFit(saved[0], saved[1], saved[3])
 
 
-def fit_baseline(examples_dir: str, found: BaselineInput, task: str,
-                 classes: List[str]) -> Tuple[Optional[BaselineFit], str]:
+def fit_baseline(examples_dir: str, found: BaselineInput, task: str, classes: List[str],
+                 ngrams: Optional[Dict[str, int]] = None) -> Tuple[Optional[BaselineFit], str]:
     """(the baseline fitted on read_train's rows, "") or (None, why there is none: one class
-    in the train split)."""
+    in the train split). `ngrams`: {text feature: its n-grams} (the model's settings; 2, the
+    text kind's default, for one not named)."""
     regression = task == "regression"
     x_train, y_train = read_train(examples_dir, found, regression)
     if not regression and len(set(y_train)) < 2:
         return None, "the train split holds one class"
-    design = fit_design(x_train, found.of(LINEAR_NUMERIC), found.of(LINEAR_CATEGORICAL))
+    text = {name: (ngrams or {}).get(name, 2) for name in found.of(LINEAR_TEXT)}
+    design = fit_design(x_train, found.of(LINEAR_NUMERIC), found.of(LINEAR_CATEGORICAL), text)
     return BaselineFit(design, fit_linear(design_matrix(design, x_train), y_train, regression, classes),
                        len(y_train)), ""
 
@@ -118,6 +121,18 @@ def linear_scores(baseline: BaselineFit) -> Callable:
     import tensorflow as tf
 
     design, fit = baseline.design, baseline.fit
+    if design.text:  # a text feature's TF-IDF: contracts/linear_text.py's own numpy, on the pass's batch
+        order = [c.name for group in (design.numeric, design.categorical, design.text) for c in group]
+        classes = 1 if fit.regression else np.asarray(fit.coef).shape[1]
+
+        def predicted(*values):
+            return fit.predict(design_matrix(design, dict(zip(order, values)))).astype(np.float64)
+
+        def scored(columns: Dict[str, "tf.Tensor"]):
+            out = tf.numpy_function(predicted, [columns[name] for name in order], tf.float64, stateful=False)
+            return tf.reshape(out, [-1] if fit.regression else [-1, classes])
+
+        return scored
     coef, numeric = np.asarray(fit.coef, np.float64), design.numeric
     n = len(numeric)
     fill, mean, std = (tf.constant([getattr(c, k) for c in numeric], tf.float64) for k in ("fill", "mean", "std"))

@@ -280,7 +280,8 @@ def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
     fit = saved_baseline(model_dir, found, specs.task)
     if fit is None:
         with ThreadPoolExecutor(1) as pool:
-            fitting = pool.submit(fit_baseline, examples_dir, found, specs.task, list(specs.classes))
+            ngrams = {f.name: f.ngrams for _, f in specs.each() if hasattr(f, "ngrams")}
+            fitting = pool.submit(fit_baseline, examples_dir, found, specs.task, list(specs.classes), ngrams)
             predictions = predict(model_dir, examples_dir, slices, linear=pool.submit(lambda: fitting.result()[0]))
         fit, why = fitting.result()
     else:

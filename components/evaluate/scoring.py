@@ -149,10 +149,10 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
         loaded = tf.saved_model.load(model_dir) if serve is None else None
         linear = linear.result()
     scorer = linear_scores(linear) if linear is not None else None
-    if linear is not None:  # the baseline's columns: numeric float (NaN missing), categorical bytes ("" missing)
+    if linear is not None:  # the baseline's columns: numeric float (NaN missing), categorical, text bytes ("" missing)
         for c in linear.design.numeric:
             wanted.setdefault(c.name, tf.io.FixedLenFeature([1], tf.float32, default_value=[float("nan")]))
-        for c in linear.design.categorical:
+        for c in list(linear.design.categorical) + list(linear.design.text):
             wanted.setdefault(c.name, tf.io.FixedLenFeature([1], tf.string, default_value=[""]))
     to_index = None
     if not regression:

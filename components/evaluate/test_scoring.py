@@ -64,6 +64,33 @@ def test_linear_scores_in_tensorflow_are_the_sparse_design_times_the_fit():
         np.testing.assert_allclose(got, fit.predict(design_matrix(design, later)), rtol=1e-12, atol=1e-15)
 
 
+def test_linear_scores_with_a_text_feature_are_the_sparse_design_times_the_fit():
+    """A design with a text feature's TF-IDF block (contracts/linear_text.py) scores inside
+    the pass as fit.predict on the sparse design: empty text and unseen words included."""
+    import tensorflow as tf
+
+    from components.contracts.linear import design_matrix, fit_design, fit_linear
+    from components.evaluate.linear import BaselineFit, linear_scores
+
+    rng = np.random.default_rng(2)
+    words = np.array(["good", "bad", "film", "plot", "great", "dull", "the", "a"])
+    rows = 400
+    text = np.array([" ".join(rng.choice(words, rng.integers(0, 6))).encode() for _ in range(rows)], dtype=object)
+    x = rng.normal(size=rows).astype(np.float32)
+    columns = {"x": x, "review": text}
+    y = np.where([(b"good" in t or b"great" in t) for t in text], "pos", "neg").astype(object)
+    design = fit_design(columns, ["x"], [], {"review": 2})
+    assert design.text and design.text[0].tokens
+    later = {"x": np.append(x, [1.0, np.nan]).astype(np.float32),
+             "review": np.append(text, [b"unseen words only", b""])}
+    fit = fit_linear(design_matrix(design, columns), y, False, ["neg", "pos"])
+    scores = linear_scores(BaselineFit(design, fit, rows))
+    got = scores({k: tf.constant(v) for k, v in later.items()}).numpy()
+    assert got.shape == (rows + 2, 2)
+    np.testing.assert_allclose(got, fit.predict(design_matrix(design, later)), rtol=1e-12, atol=1e-15)
+    assert (got.argmax(1)[:rows] == (y == "pos")).mean() > 0.9  # the text's words carry the label
+
+
 def test_the_column_blocks_and_the_row_shards_give_the_same_evaluation(tmp_path, penguin_model, penguin_examples):
     """The eval split read from ingest's column blocks and from its row shards (a copy of the
     examples without blocks, as data gpupipe did not write) gives the same metrics, slices and

@@ -25,8 +25,9 @@ from components.contracts.errors import GpupipeError
 from components.contracts.settings import Strict
 
 # How a linear model (the linear start, evaluate's baseline: components/contracts/linear.py)
-# takes a feature of a kind: as a standardised number, as one-hot categories, or not at all.
-LINEAR_NUMERIC, LINEAR_CATEGORICAL = "numeric", "categorical"
+# takes a feature of a kind: as a standardised number, as one-hot categories, as the TF-IDF of
+# its tokens (components/contracts/linear_text.py), or not at all.
+LINEAR_NUMERIC, LINEAR_CATEGORICAL, LINEAR_TEXT = "numeric", "categorical", "text"
 
 
 class FeatureSetting(Strict):
@@ -82,7 +83,7 @@ class FeatureKind(ABC):
     description: ClassVar[str]  # the config reference's text for that list
     settings: ClassVar[Optional[Type[FeatureSetting]]] = None  # per-feature settings, when it has any
     spec_type: ClassVar[type]  # the dataclass of one feature's spec (name first)
-    linear: ClassVar[Optional[str]] = None  # LINEAR_NUMERIC, LINEAR_CATEGORICAL or None
+    linear: ClassVar[Optional[str]] = None  # LINEAR_NUMERIC, LINEAR_CATEGORICAL, LINEAR_TEXT or None
     sliceable: ClassVar[bool] = False  # evaluation.slices may name a feature of this kind
     # Decoded one example at a time in the input pipeline (decode_example, then cached and
     # augmented), not parsed by the batch (images); the serving signatures call decode_batch.

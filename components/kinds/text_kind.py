@@ -16,7 +16,7 @@ from typing import Dict, List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from components.kinds.base import (ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn,
+from components.kinds.base import (LINEAR_TEXT, ColumnFacts, Encoded, FeatureKind, FeatureSetting, StringColumn,
                                    clear_string_domain, feature_statistics, find_statistics)
 from components.kinds.text_tokens import counts_of_values, ranked, tokenize, with_ngrams
 
@@ -121,6 +121,7 @@ class TextKind(StringColumn, FeatureKind):
                    "embedding bag of unigrams and bigrams or a small Transformer; an empty value is missing")
     settings = TextSetting
     spec_type = TextFeature
+    linear = LINEAR_TEXT  # the linear start and baseline: the TF-IDF of its tokens and n-grams
     detect_rank = 20  # after datetime (a timestamp has tokens too), before categorical
     claims_unique = True  # reviews often differ in every row
     init_comment = ("free text: tokenised inside the model, a vocabulary of the train split's tokens, an embedding "

@@ -30,7 +30,7 @@ from components.train.linear_start import EarlyStoppingFromTheStart, LinearStart
 def start_scores(start: LinearStart, validation):
     """({loss, accuracy}, the per-row losses) of a classifier's starting weights (the linear
     fit) on the validation slice: the cross-entropy and argmax the model's softmax gives."""
-    names = [c.name for c in start.design.numeric] + [c.name for c in start.design.categorical]
+    names = [c.name for group in (start.design.numeric, start.design.categorical, start.design.text) for c in group]
     columns: dict = {name: [] for name in names}
     targets = []
     for features, target in validation:
