@@ -102,7 +102,7 @@ def render(rows: int, csv_mb: float, result: dict) -> str:
                          "parsed and scored once, by the model and the linear baseline); run_evaluate "
                          + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
     for key in ("examples_per_second", "first_epoch_seconds", "train_seconds", "input_wait_fraction",
-                "input_cache"):
+                "input_core_us_per_example", "feed_examples_per_core_second", "input_cache"):
         lines.append(f"train {key}: {train.get(key)}")
     auc = result["evaluation"].get("metrics", {}).get("auc")
     if auc is not None:

@@ -29,6 +29,8 @@ THROUGHPUT_ROWS = (
     ("step_seconds_p50", "step time p50 (s)", "{:.4f}"),
     ("step_seconds_p95", "step time p95 (s)", "{:.4f}"),
     ("input_wait_fraction", "input-wait fraction", "{:.1%}"),
+    ("feed_examples_per_core_second", "feed rate (examples/s per core)", "{:,.0f}"),
+    ("input_core_us_per_example", "feed CPU per example (core-µs)", "{:.2f}"),
     ("input_cache", "input cache", "{}"),
     ("strategy", "strategy", "{}"),
     ("workers", "workers", "{}"),

@@ -47,6 +47,10 @@ class TrainReport(Mapping):
     step_seconds_p95: Optional[float]
     compute_only_step_seconds_p50: Optional[float]
     input_wait_fraction: Optional[float]
+    # What feeding the steps cost the CPU (telemetry.feed_cost): core-microseconds per
+    # example, and the feed rate that is per core (examples/s one core sustains).
+    input_core_us_per_example: Optional[float]
+    feed_examples_per_core_second: Optional[float]
     train_examples: int
     replicas: int
     workers: int
@@ -112,7 +116,7 @@ def build_report(plan, run, model, dataset, smearing: float, start=None) -> Trai
 
     from components.train.optimizers import batches_done
     from components.train.runtime import cluster_workers
-    from components.train.telemetry import compute_only_step_seconds, strategy_name, traces
+    from components.train.telemetry import compute_only_step, feed_cost, strategy_name, traces
 
     s, history, stopper, backup = plan.settings, run.history.history, run.stopper, run.backup
     optimizer_steps = int(model.optimizer.iterations.numpy())  # before the compute-only steps below
@@ -122,7 +126,9 @@ def build_report(plan, run, model, dataset, smearing: float, start=None) -> Trai
     workers = cluster_workers(run.tf_config)
     gpus = len(tf.config.list_physical_devices("GPU"))
     gpu_hours = gpus * workers * run.seconds / 3600
-    compute_p50 = compute_only_step_seconds(model, dataset, plan.strategy) if workers == 1 else None
+    compute = compute_only_step(model, dataset, plan.strategy) if workers == 1 else None
+    compute_p50 = compute.seconds if compute is not None else None
+    feed_us = feed_cost(run.timer, steps_run, plan.global_batch, compute, getattr(stopper, "trace_cpu_seconds", 0.0))
     kept = stopper is not None and stopper.best_weights is not None
     val_key = "val_" + plan.metric
     best_validation = (float(history[val_key][run.history.epoch.index(stopper.best_epoch)])
@@ -153,6 +159,8 @@ def build_report(plan, run, model, dataset, smearing: float, start=None) -> Trai
         first_epoch_seconds=rounded(first_epoch, 3), steady_epoch_seconds=rounded(steady_epoch, 3),
         step_seconds_p50=p50, step_seconds_p95=p95, compute_only_step_seconds_p50=compute_p50,
         input_wait_fraction=round(max(0.0, 1 - compute_p50 / p50), 3) if (p50 and compute_p50) else None,
+        input_core_us_per_example=rounded(feed_us, 2),
+        feed_examples_per_core_second=round(1e6 / feed_us) if feed_us else None,
         train_examples=plan.train_rows, replicas=plan.replicas, workers=workers,
         strategy=strategy_name(plan.strategy), global_batch_size=plan.global_batch, gradient_accumulation_steps=k,
         effective_batch_size=plan.global_batch * k, learning_rate=plan.learning_rate, optimizer=s.optimizer,

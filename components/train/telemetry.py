@@ -2,6 +2,7 @@
 and the training report they end in (TrainReport, the JSON and Markdown the step writes)."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import threading
@@ -30,6 +31,7 @@ class StepTimer(tf_keras.callbacks.Callback):
         self._started = None
         self._epoch = self._test = (0.0, 0.0)
         self._validation = [0.0, 0.0]
+        self.first_step_cpu_seconds = 0.0  # the first epoch's start and first step (its trace of the train function)
 
     @property
     def epoch_seconds(self) -> List[float]:
@@ -64,6 +66,8 @@ class StepTimer(tf_keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._started is not None:
             self.seconds.append(time.perf_counter() - self._started)
+        if batch == 0 and not self.epochs:
+            self.first_step_cpu_seconds = time.process_time() - self._epoch[1]
 
     def percentiles(self):
         steps = self.seconds[1:] or self.seconds
@@ -165,22 +169,50 @@ def strategy_name(strategy) -> str:
     return type(strategy).__name__
 
 
-def compute_only_step_seconds(model, dataset, strategy, steps: int = 10) -> Optional[float]:
+@dataclasses.dataclass(frozen=True)
+class ComputeOnly:
+    """The model's own train step on one batch held in memory: its median wall seconds and
+    its median CPU seconds (every thread of the process)."""
+
+    seconds: float
+    cpu_seconds: float
+
+
+def compute_only_step(model, dataset, strategy, steps: int = 10) -> Optional[ComputeOnly]:
     """Median time of the model's own train step on one batch held in memory: the step time
     without input wait. The training steps' median against this gives the input-wait
-    fraction. Called after the export: the extra steps change only this in-memory copy,
-    which is discarded. The batch comes from the training dataset itself, so the step's
-    input has the same spec and the train function is not traced again."""
+    fraction, and the epoch's CPU less this step's gives the feed's (feed_cost). Called after
+    the export: the extra steps change only this in-memory copy, which is discarded. The batch
+    comes from the training dataset itself, so the step's input has the same spec and the
+    train function is not traced again."""
     try:
         held = dataset.take(1).cache().repeat()
         iterator = iter(strategy.experimental_distribute_dataset(held))
         model.train_function(iterator)  # fills the cache
-        times = []
+        times, cpu = [], []
         for _ in range(steps):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             model.train_function(iterator)
             times.append(time.perf_counter() - t)
-        return float(np.percentile(times, 50))
+            cpu.append(time.process_time() - c)
+        return ComputeOnly(float(np.percentile(times, 50)), float(np.percentile(cpu, 50)))
     except Exception as err:  # a measurement, never a reason to fail training
         print(f"compute-only step timing skipped: {err}", flush=True)
         return None
+
+
+def feed_cost(timer: StepTimer, steps: int, batch: int, compute: Optional[ComputeOnly],
+              aside_cpu_seconds: float = 0.0) -> Optional[float]:
+    """CPU core-microseconds per example that feeding the steps cost in this run: the epochs'
+    CPU seconds (StepTimer's, their validation passes left out) less the first step's (the
+    train function's trace), less `aside_cpu_seconds` (other work in the epochs' time: the
+    validation function's trace beside the first epoch), less the compute-only step's CPU for
+    each other step, over those steps' examples. On a GPU node the step's compute leaves the
+    CPU and this is what stays there (reading, parsing, batching, Keras' loop); on a CPU node
+    it is the share of the cores the steps did not use. None without the timing, or when the
+    estimate is not positive (a run too short to tell)."""
+    if compute is None or not timer.epochs or steps <= 1 or batch <= 0:
+        return None
+    epoch_cpu = sum(e["cpu_seconds"] - e["validation_cpu_seconds"] for e in timer.epochs)
+    feed = epoch_cpu - timer.first_step_cpu_seconds - aside_cpu_seconds - (steps - 1) * compute.cpu_seconds
+    return feed / ((steps - 1) * batch) * 1e6 if feed > 0 else None

@@ -324,7 +324,7 @@ def test_the_report_is_typed_and_its_json_keys_are_the_ones_written_before(writt
         "log_target_smearing", "steps_per_epoch", "optimizer_steps", "train_function_traces", "resumed_from_step",
         "preemptions", "resumes", "steps_lost", "interruptions", "first_epoch_seconds", "steady_epoch_seconds",
         "step_seconds_p50", "step_seconds_p95", "compute_only_step_seconds_p50", "input_wait_fraction",
-        "train_examples", "replicas", "workers", "strategy", "global_batch_size", "gradient_accumulation_steps",
+        "input_core_us_per_example", "feed_examples_per_core_second", "train_examples", "replicas", "workers", "strategy", "global_batch_size", "gradient_accumulation_steps",
         "effective_batch_size", "learning_rate", "optimizer", "precision_policy", "xla", "input_cache", "gpus",
         "gpu_utilization_mean", "gpu_hours", "estimated_cost", "final_loss", "final_train_accuracy",
         "best_validation_accuracy", "model", "chief", "history", "phases"]
@@ -359,3 +359,7 @@ def test_the_report_says_where_the_time_went_phase_by_phase(written_report):
     assert spent[p.epoch_phase(1)] <= written["first_epoch_seconds"]
     assert "val_loss" in written["history"] and "val_accuracy" in written["history"]
     assert f"| {p.EXPORT} | {spent[p.EXPORT]:.2f} |" in render_report(written)
+    # the feed's cost per example and the per-core rate it gives (telemetry.feed_cost), where the run tells it
+    if written["input_core_us_per_example"] is not None:
+        assert written["input_core_us_per_example"] > 0
+        assert written["feed_examples_per_core_second"] == round(1e6 / written["input_core_us_per_example"], 0)
