@@ -215,8 +215,9 @@ class LinearDesignNumeric(tf_keras.layers.Layer):
 def linear_part(start: LinearStart, inputs) -> tf.Tensor:
     """The linear model inside the network: [batch, outputs] logits (classification) or
     the standardised target (regression), computed from the raw inputs exactly as the design
-    matrix, through one layer (`LINEAR_LAYER`, linear_text.LinearLogits: the dense columns and
-    each text feature's TF-IDF) whose weights `initialise` sets. It is not trained further: the fit is already the regularised optimum, and the network learns
+    matrix, through one layer (`LINEAR_LAYER`, linear_text.LinearLogits: the numeric columns,
+    a gather per categorical feature, each text feature's TF-IDF) whose weights `initialise`
+    sets. It is not trained further: the fit is already the regularised optimum, and the network learns
     what it leaves (measured: trained along, the first epochs move it off that optimum and
     the validation loss rises)."""
     parts = []
@@ -226,16 +227,19 @@ def linear_part(start: LinearStart, inputs) -> tf.Tensor:
         parts.append(LinearDesignNumeric([c.fill for c in start.design.numeric], [c.mean for c in start.design.numeric],
                                          [c.std for c in start.design.numeric], dtype="float32",
                                          name="linear_numeric")(x))
-    for c in start.design.categorical:
+    categorical = []
+    for c in start.design.categorical:  # each value's index in its block (0: any other), for a gather
         vocabulary = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in c.values]
-        parts.append(tf_keras.layers.StringLookup(vocabulary=vocabulary, num_oov_indices=1, output_mode="one_hot",
-                                                  dtype="float32", name=f"{c.name}_linear_onehot")(inputs[c.name]))
+        categorical.append(tf_keras.layers.StringLookup(vocabulary=vocabulary or None, num_oov_indices=1,
+                                                        output_mode="int", name=f"{c.name}_linear_index")(
+            inputs[c.name]))
     from components.train.linear_text import LinearLogits
 
-    dense = [tf_keras.layers.Concatenate(name="linear_design")(parts) if len(parts) > 1 else parts[0]] if parts else []
     texts = [{"tokens": c.tokens, "idf": c.idf, "scale": c.scale, "ngrams": c.ngrams} for c in start.design.text]
-    return LinearLogits(start.design.dense_width, texts, start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER,
-                        trainable=False)(dense + [inputs[c.name] for c in start.design.text])
+    sizes = [len(c.values) + 1 for c in start.design.categorical]
+    numeric_width = start.design.dense_width - sum(sizes)
+    return LinearLogits(numeric_width, sizes, texts, start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER,
+                        trainable=False)(parts + categorical + [inputs[c.name] for c in start.design.text])
 
 
 def initialise(model: tf_keras.Model, start: LinearStart) -> tf_keras.Model:
