@@ -132,25 +132,16 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
 
 
 def block_parse_spec(spec: Dict[str, tf.io.FixedLenFeature]):
-    """The column blocks' parse spec (contracts/examples.py: encode_blocks) for a row parse
-    spec, or None when the blocks cannot give what it parses: every feature one float32
-    whose missing value parses as NaN, or one string whose missing value parses as ''."""
-    out = {}
-    for name, feature in spec.items():
-        if not isinstance(feature, tf.io.FixedLenFeature) or list(feature.shape) != [1]:
-            return None
-        default = feature.default_value
-        default = None if default is None else list(default)[0]
-        if feature.dtype == tf.float32:
-            if default is not None and not (isinstance(default, float) and math.isnan(default)):
-                return None
-        elif feature.dtype == tf.string:
-            if default not in (None, "", b""):
-                return None
-        else:
-            return None
-        out[name] = tf.io.RaggedFeature(feature.dtype)
-    out[SLICE_FEATURE] = tf.io.RaggedFeature(tf.int64)
+    """The column blocks' parse spec (contracts/blocks.py: block_spec) for a row parse spec of
+    one value a row (shape [1], as the train input parses), with each row's validation-slice
+    bucket; None when the blocks cannot give what it parses."""
+    from components.contracts.blocks import block_spec
+
+    if any(not isinstance(f, tf.io.FixedLenFeature) or list(f.shape) != [1] for f in spec.values()):
+        return None
+    out = block_spec(spec)
+    if out is not None:
+        out[SLICE_FEATURE] = tf.io.RaggedFeature(tf.int64)
     return out
 
 
