@@ -97,13 +97,16 @@ def saved_baseline(model_dir: str, found: BaselineInput, task: str) -> Optional[
 def fit_baseline(examples_dir: str, found: BaselineInput, task: str, classes: List[str],
                  ngrams: Optional[Dict[str, int]] = None) -> Tuple[Optional[BaselineFit], str]:
     """(the baseline fitted on read_train's rows, "") or (None, why there is none: one class
-    in the train split). `ngrams`: {text feature: its n-grams} (the model's settings; 2, the
-    text kind's default, for one not named)."""
+    in the train split). `ngrams`: {text feature: its n-grams} (the model's settings; the
+    text kind's default, TextSetting's, for one not named)."""
+    from components.kinds.text_kind import TextSetting
+
     regression = task == "regression"
     x_train, y_train = read_train(examples_dir, found, regression)
     if not regression and len(set(y_train)) < 2:
         return None, "the train split holds one class"
-    text = {name: (ngrams or {}).get(name, 2) for name in found.of(LINEAR_TEXT)}
+    default = TextSetting.model_fields["ngrams"].default
+    text = {name: (ngrams or {}).get(name, default) for name in found.of(LINEAR_TEXT)}
     design = fit_design(x_train, found.of(LINEAR_NUMERIC), found.of(LINEAR_CATEGORICAL), text)
     return BaselineFit(design, fit_linear(design_matrix(design, x_train), y_train, regression, classes),
                        len(y_train)), ""
