@@ -66,9 +66,9 @@ class LinearLogits(tf_keras.layers.Layer):
         if self.numeric_width:
             z = z + tf.matmul(tf.cast(inputs.pop(0), tf.float32), self.kernel[:self.numeric_width])
         offset = self.numeric_width
-        for size in self.categories:
+        for size in self.categories:  # rows of the whole kernel (a slice of it would not be quantized with it)
             index = tf.reshape(tf.cast(inputs.pop(0), tf.int64), [-1])
-            z = z + tf.gather(self.kernel[offset:offset + size], index)
+            z = z + tf.gather(self.kernel, index + offset)
             offset += size
         for t, lookup, values in zip(self.texts, self.lookups, inputs):
             size = len(t["tokens"])
