@@ -151,7 +151,6 @@ def test_the_launcher_runs_each_trial_as_a_jobset_at_the_tuning_priority_and_kee
 
 
 def test_sigterm_to_the_launcher_deletes_the_running_trials_and_exits_143(tmp_path, monkeypatch):
-    import os
     import signal
 
     from components.train.launch import WORKFLOW_ENV
@@ -161,12 +160,16 @@ def test_sigterm_to_the_launcher_deletes_the_running_trials_and_exits_143(tmp_pa
 
     monkeypatch.setenv(WORKFLOW_ENV, "penguins-tuned-cancel")
     config = load_config(tuned_config_file(tmp_path))
+    signalled = []
     with kubernetes_api([[]]) as (url, cluster):
         def cancel():  # the run is cancelled once both trials' JobSets exist
             deadline = time.monotonic() + 60
             while len(cluster.objects) < 2 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            os.kill(os.getpid(), signal.SIGTERM)
+            # Delivered to this thread, not the main one: the kernel may pick any thread for a
+            # process's SIGTERM, and Python runs the handler only in the main thread.
+            signalled.append(time.monotonic())
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
 
         before = signal.getsignal(signal.SIGTERM)
         threading.Thread(target=cancel, daemon=True).start()
@@ -175,7 +178,11 @@ def test_sigterm_to_the_launcher_deletes_the_running_trials_and_exits_143(tmp_pa
                            model=("/x", str(tmp_path / "train" / "model")), columns=Columns.part_of(config.data),
                            settings=config.training, launch=launch_json(config), run_train=None,
                            api=custom_objects_api(url), poll_seconds=0.02)
+        stopped_at = time.monotonic()
     assert stopped.value.code == 143
+    # Within the pod's grace period (Kubernetes' default terminationGracePeriodSeconds, 30 s),
+    # after which the kubelet kills the launcher and its trials' JobSets would be left running.
+    assert stopped_at - signalled[0] < 30
     assert len(cluster.deleted) == 2 and not cluster.objects  # both trials' JobSets, and no third started
     assert [m for m, _ in cluster.requests].count("POST") == 2
     assert signal.getsignal(signal.SIGTERM) is before  # the launcher's handler is gone again

@@ -23,7 +23,7 @@ import signal
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, List, Optional, Tuple
 
 from components.contracts import names, storage
@@ -37,6 +37,7 @@ TRIAL_FILE = "trial.json"  # in each trial's directory: its hyperparameters, and
 # One trial: its settings (the hyperparameters applied) and its directory -> (score, report).
 TrainTrial = Callable[[TrainSettings, str], Tuple[float, dict]]
 MIN_WIDTH = 4  # the narrowest layer of a halving tower
+SIGNAL_POLL_SECONDS = 0.2  # the main thread's wait between chances to run a SIGTERM handler
 
 
 def objective(settings: TrainSettings) -> Tuple[str, str]:
@@ -239,7 +240,13 @@ def search(settings: TrainSettings, train_trial: TrainTrial, trials_home: str, p
             previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if in_main else None
             try:
                 with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="gpupipe-trial") as pool:
-                    for future in [pool.submit(worker, slot) for slot in range(parallel)]:
+                    futures = [pool.submit(worker, slot) for slot in range(parallel)]
+                    # Waits a short while at a time: the kernel may deliver SIGTERM to any thread,
+                    # and Python runs its handler only in the main thread, between bytecodes; a
+                    # main thread blocked in future.result() would never see it.
+                    while wait(futures, timeout=SIGNAL_POLL_SECONDS).not_done:
+                        pass
+                    for future in futures:
                         future.result()
             finally:
                 if previous is not None:
