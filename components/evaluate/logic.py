@@ -20,7 +20,7 @@ from components.contracts.blessing import Blessing, write_blessing
 from components.contracts.errors import GpupipeError, reports_errors
 from components.evaluate.compressed import check_compressed, render_forms
 from components.evaluate.scoring import Predictions, predict, slice_metrics  # noqa: F401  (Predictions: the API)
-from components.evaluate.metrics import (LOWER_IS_BETTER, classification_metrics, classification_report,
+from components.evaluate.metrics import (LOWER_IS_BETTER, classification_report, constant_answer_metrics,
                                         confusion_matrix, regression_metrics)
 from components.evaluate.settings import EvaluationSettings
 
@@ -99,7 +99,7 @@ def trivial_scores(pred: Predictions) -> Trivial:
     known = y[y >= 0]
     counts = np.bincount(known, minlength=len(pred.classes)).astype(float)
     shares = counts / counts.sum() if counts.sum() else np.full(len(pred.classes), 1 / len(pred.classes))
-    metrics = classification_metrics(y, np.tile(shares, (len(y), 1)), pred.classes)
+    metrics = constant_answer_metrics(counts, len(y), shares)
     top = pred.classes[int(np.argmax(shares))]
     share_text = ", ".join(f"{c} {v:.2f}" for c, v in zip(pred.classes, shares))
     answers = {"accuracy": f"always answering {top!r}, the most frequent class",

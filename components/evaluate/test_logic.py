@@ -151,6 +151,7 @@ def test_report_renders_reasons():
 # ------------------------------------------------- a model that learnt nothing (must_beat_trivial)
 def test_trivial_scores_are_the_best_constant_answer_on_the_rows():
     from components.evaluate.logic import Predictions, trivial_scores
+    from components.evaluate.metrics import classification_metrics
 
     y = np.array([0, 0, 0, 1, 2, -1])  # -1: a label unseen in training, never right
     three = trivial_scores(Predictions(["a", "b", "c"], y, np.zeros((6, 3)), {}))
@@ -161,6 +162,16 @@ def test_trivial_scores_are_the_best_constant_answer_on_the_rows():
     two = trivial_scores(Predictions(["n", "y"], np.array([0, 0, 0, 1]), np.zeros((4, 2)), {}))
     assert two.metrics["auc"] == 0.5 and two.metrics["pr_auc"] == pytest.approx(0.25)
     assert two.metrics["accuracy"] == 0.75
+    # From the label counts, the same figures as the metric functions on the constant
+    # answer repeated for every row (the matrix evaluate no longer builds).
+    rng = np.random.default_rng(3)
+    for classes in (["n", "y"], ["a", "b", "c", "d"]):
+        y = rng.choice(np.arange(-1, len(classes)), size=5000, p=[0.01] + [0.99 / len(classes)] * len(classes))
+        y[y == 1] = rng.choice([0, 1], size=(y == 1).sum(), p=[0.7, 0.3])  # unequal shares
+        trivial = trivial_scores(Predictions(classes, y, np.zeros((len(y), len(classes))), {}))
+        counts = np.bincount(y[y >= 0], minlength=len(classes))
+        full = classification_metrics(y, np.tile(counts / counts.sum(), (len(y), 1)), classes)
+        assert trivial.metrics == pytest.approx({k: full[k] for k in trivial.metrics}, rel=1e-12)
     target = np.array([1.0, 2.0, 3.0, 10.0])
     reg = trivial_scores(Predictions([], target, np.zeros(4), {}, task="regression"))
     assert reg.metrics["rmse"] == pytest.approx(np.std(target))  # predicting the mean
