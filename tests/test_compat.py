@@ -147,13 +147,6 @@ def test_the_tf_keras_hooks_are_still_there():
         assert "self._backup(" in inspect.getsource(method)
     assert list(inspect.signature(BackupAndRestore._backup).parameters) == ["self", "epoch", "batch"]
     assert issubclass(keras_compat.BackupAndRestore, tf_keras.callbacks.BackupAndRestore)
-    # the saving option scope and its two options
-    from tf_keras.src.saving.legacy.saved_model import utils
-
-    assert list(inspect.signature(utils.keras_option_scope).parameters) == ["save_traces", "in_tf_saved_model_scope"]
-    with keras_compat.saved_model_without_traces():
-        assert utils.should_save_traces() is False and utils.in_tf_saved_model_scope()
-    assert utils.should_save_traces() is True
 
 
 def test_the_optimizer_slots_are_made_before_the_first_step():

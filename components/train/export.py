@@ -9,7 +9,6 @@ import tensorflow as tf
 import tf_keras
 
 from components.contracts import names
-from components.contracts.compat.tf_keras import saved_model_without_traces
 from components.kinds import FeatureSpecs, write_feature_specs
 from components.train.data import parse_spec
 from components.train.target import STANDARDIZE, to_label_units
@@ -17,38 +16,58 @@ from components.train.target import STANDARDIZE, to_label_units
 PREDICTIONS = names.PREDICTIONS
 
 
-class _Features:
-    """(kind, spec) of every feature, held outside tf.Module's tracking (it wraps lists)."""
+class _Untracked:
+    """A value held outside tf.Module's tracking (see ServingModule)."""
 
-    def __init__(self, specs: FeatureSpecs):
-        self.each = list(specs.each())
+    def __init__(self, value):
+        self.value = value
+
+
+def model_resources(model: tf_keras.Model) -> list:
+    """The resources the model's layers own (StringLookup's and TextVectorization's tables,
+    with their vocabulary assets), found by TensorFlow's checkpoint walk of the model."""
+    return [t for t in tf.train.TrackableView(model).descendants()
+            if isinstance(t, tf.saved_model.experimental.TrackableResource)]
 
 
 class ServingModule(tf.Module):
-    """What the SavedModel exports: the trained model plus its signatures."""
+    """What the SavedModel exports: the trained model's variables and tables, and the
+    signatures (`signatures`). Neither the tf_keras model nor the signatures' tf.functions
+    are tracked: the SavedModel would hold the model's whole object graph, the optimizer's
+    slots with it (on configs/ctr.yaml Adam's m and v, 6.9M of the 10.4M values: 41 MB
+    against 15 MB), and tf.saved_model.save walked tf_keras' object graph and traced each
+    tracked tf.function once more: the export took 2.4 s at 2M rows, now about 1.2
+    (docs/benchmarks.md, "Scale")."""
 
     def __init__(self, model: tf_keras.Model, specs: FeatureSpecs, target: str = STANDARDIZE,
                  smearing: float = 1.0):
         super().__init__()
-        self.model = model
+        self._model = _Untracked(model)
         self.target = target  # regression: log -> the head's log(1 + y) mapped back to the label's units
         self.smearing = float(smearing)
         self.model_variables = list(model.variables)  # what the model learnt, by layer name, in the SavedModel
+        self.model_resources = model_resources(model)
         self.task = specs.task
-        self._features = _Features(specs)
+        self._features = _Untracked(list(specs.each()))
         self.class_names = tf.constant(specs.classes or [""])
         self._parse_spec = parse_spec(specs, with_label=False)
-        raw_spec = {f.name: kind.serving_spec(f) for kind, f in self._features.each}
-        self.serve_raw = tf.function(self._serve_raw, input_signature=[raw_spec])
-        self.serve_examples = tf.function(
-            self._serve_examples, input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-        decoded = {f.name: kind.decoded_spec(f) if kind.decoded_spec(f) is not None else kind.serving_spec(f)
-                   for kind, f in self._features.each}
-        self.serve_decoded = tf.function(self._serve_decoded, input_signature=[decoded]) \
-            if any(kind.decoded_spec(f) is not None for kind, f in self._features.each) else None
+
+    def signatures(self) -> dict:
+        """{signature name: its concrete function} (export_saved_model's docstring)."""
+        each = self._features.value
+        out = {names.SERVING_SIGNATURE: tf.function(self._serve_raw, input_signature=[
+                   {f.name: kind.serving_spec(f) for kind, f in each}]).get_concrete_function(),
+               names.EXAMPLES_SIGNATURE: tf.function(self._serve_examples, input_signature=[
+                   tf.TensorSpec([None], tf.string, name="examples")]).get_concrete_function()}
+        if any(kind.decoded_spec(f) is not None for kind, f in each):
+            decoded = {f.name: kind.decoded_spec(f) if kind.decoded_spec(f) is not None else kind.serving_spec(f)
+                       for kind, f in each}
+            out[names.DECODED_SIGNATURE] = tf.function(self._serve_decoded,
+                                                       input_signature=[decoded]).get_concrete_function()
+        return out
 
     def _predict(self, features):
-        outputs = tf.cast(self.model(features, training=False), tf.float32)
+        outputs = tf.cast(self._model.value(features, training=False), tf.float32)
         if self.task == "regression":
             return {PREDICTIONS: to_label_units(tf.squeeze(outputs, axis=-1), self.target, self.smearing)}
         classes = tf.gather(self.class_names, tf.argmax(outputs, axis=-1))
@@ -56,7 +75,7 @@ class ServingModule(tf.Module):
 
     def _model_inputs(self, parsed):
         """[batch, 1] parsed values -> the model's inputs: each kind's decode_batch (images decoded)."""
-        return {f.name: kind.decode_batch(f, parsed[f.name]) for kind, f in self._features.each}
+        return {f.name: kind.decode_batch(f, parsed[f.name]) for kind, f in self._features.value}
 
     def _serve_raw(self, features):
         return self._predict(self._model_inputs({k: tf.expand_dims(v, -1) for k, v in features.items()}))
@@ -67,7 +86,7 @@ class ServingModule(tf.Module):
     def _serve_decoded(self, features):
         """The decoded features as they are (images: float pixels), the others as raw rows."""
         return self._predict({f.name: features[f.name] if kind.decoded_spec(f) is not None else
-                              kind.decode_batch(f, tf.expand_dims(features[f.name], -1)) for kind, f in self._features.each})
+                              kind.decode_batch(f, tf.expand_dims(features[f.name], -1)) for kind, f in self._features.value})
 
 
 def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: str,
@@ -79,14 +98,7 @@ def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: s
     returns a regression's prediction in the label's units (`target` log: the head's
     log(1 + y) mapped back inside the signature, times Duan's `smearing` factor)."""
     module = ServingModule(model, specs, target, smearing)
-    signatures = {names.SERVING_SIGNATURE: module.serve_raw.get_concrete_function(),
-                  names.EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function()}
-    if module.serve_decoded is not None:
-        signatures[names.DECODED_SIGNATURE] = module.serve_decoded.get_concrete_function()
-    # Serving needs the signatures, not tf_keras' per-layer call traces (for reloading it as
-    # Keras, which a ServingModule never is).
-    with saved_model_without_traces():
-        tf.saved_model.save(module, export_dir, signatures=signatures)
+    tf.saved_model.save(module, export_dir, signatures=module.signatures())
 
 
 def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target: str = "standardize",

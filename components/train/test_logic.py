@@ -62,6 +62,49 @@ def test_feature_specs_are_stored_with_the_model(penguin_model):
     assert specs.label == "species" and len(specs.numeric) == 4 and len(specs.categorical) == 2
 
 
+def test_the_served_model_answers_as_the_trained_one_and_holds_no_optimizer_state(tmp_path):
+    """The export tracks the model's variables and lookup tables, not the tf_keras model:
+    the optimizer's slots (Adam's m and v) stay out of the serving directory, and both
+    signatures give what the trained model gives."""
+    import os
+
+    import tf_keras
+
+    from components.kinds.categorical import CategoricalFeature
+    from components.kinds.numeric import NumericFeature
+    from components.train.export import export_saved_model
+    from components.kinds import FeatureSpecs
+
+    x = tf_keras.Input(shape=(1,), name="x", dtype=tf.float32)
+    c = tf_keras.Input(shape=(1,), name="c", dtype=tf.string)
+    index = tf_keras.layers.StringLookup(vocabulary=["a", "b"], name="c_index")(c)
+    embedded = tf_keras.layers.Flatten()(tf_keras.layers.Embedding(3, 2)(index))
+    out = tf_keras.layers.Dense(3, activation="softmax")(tf_keras.layers.Concatenate()([x, embedded]))
+    model = tf_keras.Model({"x": x, "c": c}, out)
+    model.compile(optimizer=tf_keras.optimizers.legacy.Adam(0.1), loss="sparse_categorical_crossentropy")
+    rows = {"x": np.array([[0.5], [-1.0], [2.0]], np.float32), "c": np.array([[b"a"], [b"b"], [b"zz"]])}
+    model.fit(rows, np.array([0, 1, 2]), epochs=2, verbose=0)
+    assert model.optimizer.weights  # the slots exist, to be left out
+    specs = FeatureSpecs(label="y", classes=["p", "q", "r"], task="multiclass", features={
+        "numeric": [NumericFeature("x", 0.0, 1.0)], "categorical": [CategoricalFeature("c", ["a", "b"])]})
+    export_saved_model(model, specs, str(tmp_path / "m"))
+
+    saved = [name for name, _ in tf.train.list_variables(os.path.join(tmp_path, "m", "variables", "variables"))]
+    assert saved and not [n for n in saved if "OPTIMIZER_SLOT" in n or "optimizer" in n.lower()], saved
+    loaded = tf.saved_model.load(str(tmp_path / "m"))
+    assert len(loaded.model_variables) == len(model.variables) and len(loaded.model_resources) == 1
+    expected = model.predict(rows, verbose=0)
+    raw = loaded.signatures["serving_default"](x=tf.constant([0.5, -1.0, 2.0]), c=tf.constant(["a", "b", "zz"]))
+    np.testing.assert_allclose(raw["probabilities"].numpy(), expected, rtol=1e-6)
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)])),
+        "c": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b]))})).SerializeToString()
+        for v, b in zip([0.5, -1.0, 2.0], [b"a", b"b", b"zz"])]
+    served = loaded.signatures["serving_examples"](examples=tf.constant(examples))
+    np.testing.assert_allclose(served["probabilities"].numpy(), expected, rtol=1e-6)
+    assert [v.decode() for v in served["classes"].numpy()] == [["p", "q", "r"][i] for i in expected.argmax(1)]
+
+
 @pytest.mark.parametrize("tf_config, workers, chief", [
     (None, 1, True),
     (json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}), 2, True),

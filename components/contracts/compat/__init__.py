@@ -22,8 +22,7 @@ appears outside this package.
   `runtime_started` (the eager context's private `_initialized`: whether a fork is still safe);
 - `compat.tf_keras`: the optimizers that override private OptimizerV2 methods (`Adam`'s
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,
-  `BackupAndRestore` with a public `backup_now` and an `after_backup` hook, and
-  `saved_model_without_traces` (tf_keras' private saving option scope);
+  and `BackupAndRestore` with a public `backup_now` and an `after_backup` hook;
 - `compat.beam`: Beam's TFRecord sink class, for ingest's gzip-level sink;
 - `compat.gcs`: google-cloud-storage's retry predicate, for the storage layer's counted retries;
 - `compat.keras_tuner`: an Oracle's state directory, without a Tuner;

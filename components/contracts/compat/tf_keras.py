@@ -1,14 +1,12 @@
 """tf_keras 2.16.0's private names (components/contracts/compat/__init__.py, MEASURED_ON),
 on TensorFlow 2.16.2: the optimizers gpupipe trains with that override private OptimizerV2
-methods, the slot creation tf_keras' legacy optimizers keep private, BackupAndRestore's
-private save, and the saving option scope that leaves out per-layer traces. Imported by the
-train step only (it loads TensorFlow)."""
+methods, the slot creation tf_keras' legacy optimizers keep private, and BackupAndRestore's
+private save. Imported by the train step only (it loads TensorFlow)."""
 from __future__ import annotations
 
 import tensorflow as tf
 import tf_keras
 from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
-from tf_keras.src.saving.legacy.saved_model.utils import keras_option_scope
 
 
 @tf_keras.saving.register_keras_serializable(package="gpupipe")
@@ -52,15 +50,6 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     def _backup(self, epoch, batch=0):
         super()._backup(epoch=epoch, batch=batch)
         self.after_backup()
-
-
-def saved_model_without_traces():
-    """For tf.saved_model.save of a tf.Module holding a tf_keras model: tf_keras' own option
-    scope with `save_traces=False` (tf_keras.src.saving.legacy.saved_model.utils), so the
-    SavedModel has the module's signatures but not tf_keras' per-layer call traces, which
-    only reloading it as Keras needs. On the ctr model the export took 6.5 s with them and
-    3.1 s without."""
-    return keras_option_scope(save_traces=False, in_tf_saved_model_scope=True)
 
 
 class _Unwrapped:
