@@ -35,8 +35,8 @@ class ServingModule(tf.Module):
     signatures (`signatures`). Neither the tf_keras model nor the signatures' tf.functions
     are tracked: the SavedModel would hold the model's whole object graph, the optimizer's
     slots with it (on configs/ctr.yaml Adam's m and v, 6.9M of the 10.4M values: 41 MB
-    against 15 MB), and tf.saved_model.save walked tf_keras' object graph and traced each
-    tracked tf.function once more: the export took 2.4 s at 2M rows, now about 1.2
+    against 14 MB), and tf.saved_model.save walked tf_keras' object graph and traced each
+    tracked tf.function once more: the export took 2.4 s at 2M rows, now 1.1 s
     (docs/benchmarks.md, "Scale")."""
 
     def __init__(self, model: tf_keras.Model, specs: FeatureSpecs, target: str = STANDARDIZE,
