@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from components import release_free_memory
 from components.contracts import names
 from components.contracts.examples import split_files
 from components.contracts.settings import safe_name
@@ -145,7 +146,16 @@ def predict(model_dir: str, examples_dir: str, slices: List[str], serve: Optiona
     on the parsed batches (or `serving_examples` when it has no such signature); `serve`:
     another function from a batch of serialized examples to the outputs (e.g. the TFLite
     model's). `linear`: the baseline's fit (linear.py: BaselineFit), or a Future of it (then
-    the model loads while it is fitted), scored on the same rows (Predictions.linear)."""
+    the model loads while it is fitted), scored on the same rows (Predictions.linear).
+    The pass's batches, freed by its threads, are handed back to the system before the
+    metrics' arrays are made (components: release_free_memory)."""
+    predictions = _scoring_pass(model_dir, examples_dir, slices, serve, linear)
+    release_free_memory()
+    return predictions
+
+
+def _scoring_pass(model_dir: str, examples_dir: str, slices: List[str], serve: Optional[Callable],
+                  linear) -> Predictions:
     import tensorflow as tf
 
     from components.evaluate.linear import linear_scores
