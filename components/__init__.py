@@ -38,13 +38,13 @@ def release_free_memory() -> None:
     the C library has none). A pass whose buffers were allocated and freed by other threads
     (TensorFlow's, a thread pool's) leaves that memory in those threads' malloc arenas, so
     the RSS stays up and the next phase allocates on top of it. Evaluate at 1.98M eval rows:
-    1,243 MB after its scoring pass, 937 MB after the trim, and the step's peak 1,426-1,478
-    MB -> 1,215 MB (docs/benchmarks.md, "Scale")."""
+    1,243 MB after its scoring pass, 937 MB after the trim (docs/benchmarks.md, "Evaluate's
+    freed memory", has the step's peaks)."""
     import ctypes
 
     try:
         ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols: the C library's among them
-    except (AttributeError, OSError):
+    except (AttributeError, OSError):  # not glibc (musl, macOS): its free memory stays where it is
         pass
 
 
