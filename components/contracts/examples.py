@@ -10,7 +10,14 @@ BLOCK_ROWS consecutive rows of a split, each feature a list of their values (a m
 number NaN, a missing string empty: what the row-wise parse fills in), so one parse reads a
 block at a fraction of parsing its rows one Example each (docs/benchmarks.md, "Feeding the
 GPU"). Every other reader reads the row shards; data gpupipe did not write has no blocks
-and is read row by row."""
+and is read row by row.
+
+Beside them too, when ingest wrote blocks: `<dir>/sample/train.parquet`, a uniform sample of
+up to SAMPLE_ROWS train rows (`TrainSample`: each row's priority a hash of its position in
+the source, the rows of smallest priority kept, in the source's order), its columns as the
+blocks hold them with each row's validation-slice bucket. The linear start and evaluate's
+baseline read it (contracts/linear.py: read_train_sample) without TensorFlow and without
+decompressing the split."""
 from __future__ import annotations
 
 import json
@@ -52,6 +59,116 @@ BLOCK_ROWS = 1024
 # Each row's validation-slice bucket (in_validation_slice's hash of its row-wise Example,
 # modulo 100), so the block input holds out the same rows as the row-wise one.
 SLICE_FEATURE = "__gpupipe_slice_bucket__"
+
+# The train sample: the rows a linear model is fitted on (contracts/linear.py: LINEAR_MAX_TRAIN_ROWS).
+SAMPLE_ROWS = 50_000
+SAMPLE_FILE = "sample/train.parquet"
+_ROW = "__gpupipe_row__"  # a sampled row's position in the source (the merge keeps the source's order)
+
+
+def sample_path(examples_dir: str) -> str:
+    return storage.join(examples_dir, SAMPLE_FILE)
+
+
+def row_priorities(positions):
+    """The sample priorities of rows at `positions` in the source (ints): splitmix64 of
+    each, so the rows of smallest priority are a uniform sample, the same whatever the
+    batches and workers that carried them."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        z = np.asarray(positions).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+class TrainSample:
+    """The `size` train rows of smallest priority (row_priorities) among those added, kept as
+    they come: a row is a candidate while its priority is below the largest one kept, so
+    past the first `size` rows few are (about size x ln(rows / size) in all). `bucket_of`:
+    [row-wise records] -> their validation-slice buckets (0-99; the train input's hash)."""
+
+    def __init__(self, bucket_of, size: int = SAMPLE_ROWS):
+        import numpy as np
+
+        self.size = size
+        self._bucket_of = bucket_of
+        self._parts: list = []  # (priorities, rows: a record batch with SLICE_FEATURE and _ROW)
+        self._pending = 0
+        self._threshold = np.iinfo(np.uint64).max
+
+    def add(self, columns, records: List[bytes], first_row: int) -> None:
+        """Train rows at positions `first_row`.. in the source: `columns` (a record batch, what
+        the blocks hold) and their row-wise `records`."""
+        import numpy as np
+        import pyarrow as pa
+
+        priorities = row_priorities(np.arange(first_row, first_row + columns.num_rows))
+        picked = np.flatnonzero(priorities < self._threshold)
+        if not len(picked):
+            return
+        buckets = np.asarray(self._bucket_of([records[i] for i in picked]), np.int8)
+        rows = columns.take(pa.array(picked))
+        rows = pa.RecordBatch.from_arrays(
+            [*rows.columns, pa.array(buckets), pa.array(picked.astype(np.int64) + first_row)],
+            [*rows.schema.names, SLICE_FEATURE, _ROW])
+        self._parts.append((priorities[picked], rows))
+        self._pending += len(picked)
+        if self._pending > 2 * self.size:
+            self._prune()
+
+    def _prune(self) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        if not self._parts:
+            return
+        priorities = np.concatenate([p for p, _ in self._parts])
+        table = pa.Table.from_batches([b for _, b in self._parts]).combine_chunks()
+        if len(priorities) > self.size:
+            keep = np.argpartition(priorities, self.size - 1)[:self.size]
+            priorities, table = priorities[keep], table.take(pa.array(keep))
+            self._threshold = priorities.max()
+        self._parts = [(priorities, table.combine_chunks().to_batches()[0])] if len(table) else []
+        self._pending = len(priorities)
+
+    def part(self):
+        """What this process kept, in Arrow's stream format (for write_train_sample), or None."""
+        import pyarrow as pa
+
+        self._prune()
+        if not self._parts:
+            return None
+        batch = self._parts[0][1]
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue()
+
+
+def write_train_sample(examples_dir: str, parts: list, size: int = SAMPLE_ROWS) -> Optional[dict]:
+    """Merges the workers' TrainSample parts into `<dir>/sample/train.parquet` (the `size`
+    rows of smallest priority, in the source's order); returns the manifest's entry, or None
+    when no part holds a row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pa.ipc.open_stream(p).read_all() for p in parts if p is not None]
+    if not tables:
+        return None
+    table = pa.concat_tables(tables).combine_chunks()
+    positions = table.column(_ROW).to_numpy()
+    if len(positions) > size:
+        keep = np.argpartition(row_priorities(positions), size - 1)[:size]
+        table, positions = table.take(pa.array(keep)), positions[keep]
+    table = table.take(pa.array(np.argsort(positions, kind="stable")))
+    table = table.remove_column(table.schema.get_field_index(_ROW))
+    path = sample_path(examples_dir)
+    storage.makedirs(storage.parent(path))
+    pq.write_table(table, path)
+    return {"file": SAMPLE_FILE, "rows": table.num_rows}
 
 
 def block_shard_path(examples_dir: str, split: str, index: int) -> str:

@@ -78,6 +78,42 @@ def read_split(examples_dir: str, split: str, label: str, kinds: Dict[str, str],
                         label, regression)
 
 
+def read_train_sample(examples_dir: str, label: str, kinds: Dict[str, str], regression: bool,
+                      held_out: int = 0) -> Optional[Tuple[Dict[str, np.ndarray], np.ndarray]]:
+    """read_split's columns and labels for the train sample ingest wrote (contracts/examples.py:
+    TrainSample, up to LINEAR_MAX_TRAIN_ROWS rows), without its rows in the validation slice's
+    first `held_out` buckets; None when the examples have no sample (or not these columns).
+    Arrow alone: no TensorFlow, no decompression of the split."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from components.contracts import storage
+    from components.contracts.examples import SAMPLE_ROWS, SLICE_FEATURE, read_manifest, sample_path
+
+    manifest = read_manifest(examples_dir) or {}
+    if not manifest.get("sample") or SAMPLE_ROWS != LINEAR_MAX_TRAIN_ROWS:
+        return None
+    wanted = [label, *kinds, SLICE_FEATURE]
+    data = storage.read_bytes(sample_path(examples_dir))
+    if data is None:
+        return None
+    table = pq.read_table(pa.BufferReader(data))
+    if any(name not in table.schema.names for name in wanted):
+        return None
+    if held_out:
+        table = table.filter(pc.greater_equal(table.column(SLICE_FEATURE), held_out))
+    out: Dict[str, np.ndarray] = {}
+    for name in [label, *kinds]:
+        column = table.column(name).combine_chunks()
+        numeric = (name == label and regression) or (name != label and kinds[name] == "numeric")
+        if numeric:
+            out[name] = column.cast(pa.float32()).fill_null(math.nan).to_numpy()
+        else:
+            out[name] = column.cast(pa.binary()).fill_null(b"").to_numpy(zero_copy_only=False)
+    return _label_apart(out, label, regression)
+
+
 def _read_blocks(files: List[str], spec: dict, stride: int, rows: int):
     """read_split's strided sample from column blocks (contracts/examples.py: encode_blocks,
     whole blocks of consecutive rows): a spread share of the block shards (at least

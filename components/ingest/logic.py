@@ -22,7 +22,8 @@ import pyarrow as pa
 from components import record_workers_peak_rss, vm_hwm_kb
 from components.contracts import names
 from components.contracts.errors import reports_errors
-from components.contracts.examples import BLOCK_ROWS, block_shard_path, blockable, encode_blocks, shard_path
+from components.contracts.examples import (BLOCK_ROWS, TrainSample, block_shard_path, blockable, encode_blocks,
+                                           shard_path, write_train_sample)
 from components.contracts.statistics import StatisticsAccumulator
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
@@ -62,7 +63,7 @@ class _ShardWriter:
         self._pending = _pool().submit(self._write_blocks, columns, records)
 
     def _write_blocks(self, columns: pa.RecordBatch, records: List[bytes]) -> None:
-        buckets = self._tf.strings.to_hash_bucket_fast(records, 100).numpy()  # data.in_validation_slice's
+        buckets = slice_buckets(records)
         blocks = encode_blocks(columns, buckets)
         sizes = [min(BLOCK_ROWS, columns.num_rows - i * BLOCK_ROWS) for i in range(len(blocks))]
         self._write(blocks, sizes)
@@ -95,6 +96,13 @@ class _ShardWriter:
             self._writer = None
 
 
+def slice_buckets(records: List[bytes]):
+    """Each row-wise record's validation-slice bucket, 0-99 (train/data.py: in_validation_slice's hash)."""
+    import tensorflow as tf
+
+    return tf.strings.to_hash_bucket_fast(records, 100).numpy()
+
+
 _POOLS: Dict[int, ThreadPoolExecutor] = {}
 
 
@@ -108,8 +116,8 @@ def _pool() -> ThreadPoolExecutor:
 
 
 class _Outputs:
-    """What one process writes and counts: each split's row shards, column blocks (when
-    `with_blocks`) and statistics. `shard_index(n)`: the index of its n-th shard (a worker's
+    """What one process writes and counts: each split's row shards, column blocks and its
+    part of the train sample (when `with_blocks`), and statistics. `shard_index(n)`: the index of its n-th shard (a worker's
     shards interleave with the others' by index, so the shards stay in the source's order)."""
 
     def __init__(self, output_dir: str, settings: DataSettings, shard_rows: int, compression_level: int,
@@ -121,10 +129,13 @@ class _Outputs:
                         for split in names.SPLITS}
         self.block_writers = {split: _ShardWriter(paths(block_shard_path, split), shard_rows, compression_level)
                               for split in names.SPLITS} if with_blocks else {}
+        self.sample = TrainSample(slice_buckets) if with_blocks else None
         self.statistics = {split: StatisticsAccumulator(statistics_options(settings))
                            for split in names.SPLITS} if with_statistics else {}
 
-    def add(self, prepared) -> None:
+    def add(self, prepared, first_row: int) -> None:
+        """A prepared batch whose first row read was the source's `first_row`-th (the train
+        sample's positions: its train rows from there on)."""
         for split, start, stop in prepared.ranges():
             if start == stop:
                 continue
@@ -132,6 +143,8 @@ class _Outputs:
             self.writers[split].write(records)
             if self.block_writers:
                 self.block_writers[split].write_blocks(prepared.columns.slice(start, stop - start), records)
+            if self.sample is not None and split == names.TRAIN_SPLIT:
+                self.sample.add(prepared.columns.slice(start, stop - start), records, first_row)
             if self.statistics:
                 self.statistics[split].add(prepared.lists.slice(start, stop - start))
 
@@ -140,10 +153,12 @@ class _Outputs:
             writer.close()
 
     def counts(self) -> dict:
-        """Rows and shards per split, block shards, the statistics' partial accumulators and seconds."""
+        """Rows and shards per split, block shards, the train sample's part, the statistics'
+        partial accumulators and seconds."""
         return {"rows": {s: w.rows for s, w in self.writers.items()},
                 "shards": {s: w.shards for s, w in self.writers.items()},
                 "block_shards": {s: w.shards for s, w in self.block_writers.items()},
+                "sample": self.sample.part() if self.sample is not None else None,
                 "partials": {s: acc.partial() for s, acc in self.statistics.items()},
                 "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
 
@@ -162,14 +177,15 @@ class _Worker:
         self._settings, self._split_key = settings, split_key
         self._outputs = _Outputs(output_dir, settings, shard_index=lambda n: n * workers + index, **outputs)
 
-    def add(self, batch, source: RowSource, cutoff: Optional[int]) -> None:
-        """One batch (from the step's process, in Arrow's stream format: `to_stream`)."""
+    def add(self, batch, source: RowSource, cutoff: Optional[int], first_row: int) -> None:
+        """One batch (from the step's process, in Arrow's stream format: `to_stream`), the
+        source's `first_row`-th row its first."""
         if not isinstance(batch, pa.RecordBatch):
             batch = pa.ipc.open_stream(batch).read_next_batch()
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
-            self._outputs.add(prepared)
+            self._outputs.add(prepared, first_row)
 
     def finish(self) -> dict:
         """What this worker counted, with its peak RSS (kB; None where unknown)."""
@@ -262,7 +278,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
         if pool:
             pool.stop()
         raise
-    dropped_no_label = 0
+    dropped_no_label, read_rows = 0, 0
     per_file: Dict[str, dict] = {}  # by unit: a file, or an image folder's class folder
     try:
         for unit in readers.read_units(files, types, settings.na_values):
@@ -274,9 +290,10 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                 dropped_no_label += batch.num_rows - labelled
                 entry["rows"] += labelled
                 if labelled and pool:
-                    pool.submit(to_stream(batch), source, cutoff)
+                    pool.submit(to_stream(batch), source, cutoff, read_rows)
                 elif labelled:
-                    local.add(batch, source, cutoff)
+                    local.add(batch, source, cutoff, read_rows)
+                read_rows += batch.num_rows
         parts = pool.finish() if pool else [local.finish()]
         if pool:  # the step's peak RSS counts its workers' (a pod's memory is the sum of its processes')
             record_workers_peak_rss(sum(p["peak_rss_kb"] or 0 for p in parts))
@@ -301,8 +318,9 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                       sum(acc.seconds for acc in merged.values()) if with_statistics else 0), cutoff=cutoff)
     blocks = {"rows": BLOCK_ROWS, "shards": {split: sum(p["block_shards"][split] for p in parts)
                                              for split in names.SPLITS}} if with_blocks else None
+    sample = write_train_sample(output_dir, [p["sample"] for p in parts]) if with_blocks else None
     return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
-                         compression_level=compression_level, blocks=blocks,
+                         compression_level=compression_level, blocks=blocks, sample=sample,
                          engine={"name": "local", "workers": workers})
 
 

@@ -255,7 +255,8 @@ class Tally:
 
 
 def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, numeric_label: bool,
-                  compression_level: int, engine: Optional[dict] = None, blocks: Optional[dict] = None) -> dict:
+                  compression_level: int, engine: Optional[dict] = None, blocks: Optional[dict] = None,
+                  sample: Optional[dict] = None) -> dict:
     """The checks on the whole table (rows without a label, empty features, empty splits),
     then the statistics file and manifest.json (written last). Both engines end here."""
     source, label, split_key = settings.source, settings.label, settings.split.key
@@ -298,6 +299,8 @@ def finish_ingest(output_dir: str, settings: DataSettings, tally: Tally, *, nume
         "engine": engine or {"name": "local"},
         # the column blocks beside the shards (contracts/examples.py): rows a block, shards a split
         **({"blocks": blocks} if blocks else {}),
+        # the train sample (contracts/examples.py: TrainSample): file, rows
+        **({"sample": sample} if sample else {}),
         "notes": list(getattr(files, "notes", [])),  # what the source left out (an image folder's other files)
     }
     if tally.cutoff is not None:  # eval: the rows at or after it

@@ -102,6 +102,8 @@ def test_same_manifest_apart_from_the_engine(both):
     assert beam.pop("engine") == {"name": "beam", "runner": "DirectRunner", "pipeline_args": MULTI_PROCESS}
     assert local.pop("engine") == {"name": "local", "workers": 1}
     assert local.pop("blocks")["rows"] > 0  # the column blocks for the train input: the in-process engine's alone
+    # and the train sample (the linear start's rows): every train row of this small table
+    assert local.pop("sample") == {"file": "sample/train.parquet", "rows": local["rows"]["train"]}
     beam.pop("shards"), local.pop("shards")
     assert beam.pop("statistics") == {"file": "statistics/stats.pb"}
     assert local.pop("statistics")["file"] == "statistics/stats.pb"

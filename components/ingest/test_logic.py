@@ -452,6 +452,66 @@ def test_worker_processes_write_what_one_process_writes(tmp_path, make_csv):
                       for s in stats.datasets for f in s.features)
 
     assert counts("one") == counts("two")
+    # the train sample (every train row here: fewer than SAMPLE_ROWS) is the same file
+    import pyarrow.parquet as pq
+
+    sample = {d: pq.read_table(str(tmp_path / d / "sample" / "train.parquet")) for d in ("one", "two")}
+    assert sample["one"].equals(sample["two"]) and sample["one"].num_rows == one["rows"]["train"]
+    assert two["sample"] == {"file": "sample/train.parquet", "rows": one["rows"]["train"]}
+
+
+def test_the_sample_holding_every_train_row_reads_as_the_row_shards(tmp_path, make_csv):
+    """read_train_sample's columns (no TensorFlow) are read_split's from the row shards: the
+    same rows in the same order, a missing number NaN, a missing category empty, the
+    label's text."""
+    import numpy as np
+
+    from components.contracts.linear import read_split, read_train_sample
+
+    missing = "".join(f"a,,{c}\nb,{i}.25,\n" for i, c in enumerate(["red", "blue", "green"] * 5))
+    src = make_csv(HEADER + rows_text(400) + missing)
+    ingest_data(data(src), str(tmp_path / "ex"))
+    kinds = {"x": "numeric", "color": "categorical"}
+    x, y = read_train_sample(str(tmp_path / "ex"), "label", kinds, False)
+    x2, y2 = read_split(str(tmp_path / "ex"), "train", "label", kinds, False)
+    assert list(y) == list(y2) and list(x["color"]) == list(x2["color"]) and b"" in list(x["color"])
+    np.testing.assert_array_equal(x["x"], x2["x"])
+    assert np.isnan(x["x"]).sum() >= 1 and x["x"].dtype == x2["x"].dtype == np.float32
+
+
+def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batches(tmp_path):
+    """TrainSample over 5,000 rows with room for 300: the 300 rows whose position's priority
+    is smallest, in the source's order, whichever batches and processes carried them; each
+    with its row's validation-slice bucket (the train input's hash of its tf.Example)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from components.contracts.examples import (SLICE_FEATURE, TrainSample, row_priorities, sample_path,
+                                               write_train_sample)
+    from components.ingest.logic import slice_buckets
+
+    rows = 5000
+    columns = pa.RecordBatch.from_arrays([pa.array(np.arange(rows, dtype=np.float32))], ["x"])
+    records = [f"record {i}".encode() for i in range(rows)]
+    expected = np.sort(np.argsort(row_priorities(np.arange(rows)))[:300]).astype(np.float32)
+
+    def sampled(cuts, processes):
+        parts = [TrainSample(slice_buckets, size=300) for _ in range(processes)]
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):  # batches dealt out in turn, as to workers
+            parts[i % processes].add(columns.slice(a, b - a), records[a:b], a)
+        out = str(tmp_path / f"{len(cuts)}-{processes}")
+        assert write_train_sample(out, [p.part() for p in parts], size=300) == {"file": "sample/train.parquet",
+                                                                                "rows": 300}
+        return pq.read_table(sample_path(out))
+
+    one = sampled([0, rows], 1)
+    np.testing.assert_array_equal(one.column("x").to_numpy(), expected)
+    assert one.equals(sampled([0, 700, 1400, 2100, 3333, 4000, rows], 2))
+    assert one.equals(sampled(list(range(0, rows, 97)) + [rows], 3))
+    picked = one.column("x").to_numpy().astype(int)
+    buckets = tf.strings.to_hash_bucket_fast([records[i] for i in picked], 100).numpy()
+    np.testing.assert_array_equal(one.column(SLICE_FEATURE).to_numpy(), buckets)
 
 
 def test_an_error_in_a_worker_process_is_one_line(tmp_path, make_csv):
