@@ -22,7 +22,7 @@ import numpy as np
 from components.contracts import names
 from components.contracts.examples import read_manifest
 from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
-                                         fit_linear, read_linear_fit, read_split)
+                                         fit_linear, read_linear_fit, read_split, read_train_sample)
 from components.kinds import kind_named
 from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC, LINEAR_TEXT
 
@@ -70,7 +70,11 @@ def saved_fit(model_dir: str, found: BaselineInput, task: str):
 
 
 def read_train(examples_dir: str, found: BaselineInput, regression: bool) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-    """The train rows the baseline is fitted on: every k-th one past LINEAR_MAX_TRAIN_ROWS."""
+    """The train rows the baseline is fitted on: ingest's sample of them (the linear start's,
+    contracts/linear.py: read_train_sample), else every k-th one past LINEAR_MAX_TRAIN_ROWS."""
+    sample = read_train_sample(examples_dir, found.label, found.kinds, regression)
+    if sample is not None:
+        return sample
     stride = max(1, math.ceil(found.train_rows / LINEAR_MAX_TRAIN_ROWS))
     return read_split(examples_dir, names.TRAIN_SPLIT, found.label, found.kinds, regression, stride)
 
