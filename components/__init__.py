@@ -24,6 +24,26 @@ PEAK_RSS_ENV = "GPUPIPE_PEAK_RSS_FILE"
 WORKERS_PEAK_RSS_SUFFIX = ".workers"
 
 
+def import_tensorflow() -> None:
+    """Imports TensorFlow (a task that trains or scores: train, evaluate) without the Google
+    API client. TensorFlow's GCE and TPU cluster resolvers import googleapiclient when it is
+    installed (tfx-bsl brings it), and its google.api_core reads every installed
+    distribution's metadata as it imports: 0.4-0.5 s of each such task's start on 2 cores
+    (docs/benchmarks.md, "The linear start beside TensorFlow's import"). gpupipe never uses
+    those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's import
+    alone: a later `import googleapiclient` imports it as usual."""
+    import sys
+
+    if "tensorflow" in sys.modules or "googleapiclient" in sys.modules:
+        return
+    sys.modules["googleapiclient"] = None  # an ImportError, which those resolvers expect
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        if "googleapiclient" in sys.modules and sys.modules["googleapiclient"] is None:
+            del sys.modules["googleapiclient"]
+
+
 def vm_hwm_kb():
     """This process's peak RSS so far (VmHWM), in kB; None where /proc does not say (not Linux)."""
     try:
@@ -48,12 +68,17 @@ def release_free_memory() -> None:
         pass
 
 
-def record_workers_peak_rss(workers_kb: int) -> None:
+def record_workers_peak_rss(workers_kb: int, beside_start: bool = False) -> None:
     """For the run's record of this task's peak RSS (PEAK_RSS_ENV): its worker processes' summed
-    peak, with this process's own so far. Nothing when no run asked for the figure."""
+    peak, with this process's own so far. `beside_start`: they ran beside this process's start
+    alone and are gone (train's linear start, components/train/linear_fit.py), so the task's
+    peak is the larger of its own later and its own so far plus theirs. Nothing when no run
+    asked for the figure."""
     path, own = os.environ.get(PEAK_RSS_ENV), vm_hwm_kb()
     if not path or own is None:
         return
+    if beside_start:
+        own, workers_kb = own + int(workers_kb), 0
     try:
         with open(path + WORKERS_PEAK_RSS_SUFFIX, "w", encoding="ascii") as f:
             f.write(f"{own} {int(workers_kb)}")

@@ -16,15 +16,19 @@ def train(examples: Input[Dataset], columns: str, settings: str, launch: str, ex
     float16 or int8 adds a quantized model.tflite beside the SavedModel."""
     from components.contracts.examples import ingest_statistics_dir
     from components.kinds import Columns
-    from components.train.logic import run_train_task
+    from components.train.linear_fit import fitted_beside
     from components.train.settings import TrainSettings
 
     train_settings = TrainSettings.from_json(settings).model_copy(
         update={"epochs": epochs, "learning_rate": learning_rate})
-    result = run_train_task(examples=(examples.path, examples.uri), statistics=(ingest_statistics_dir(examples.path), ingest_statistics_dir(examples.uri)),
-                            model=(model.path, model.uri), log_dir=tensorboard.path, summary_md=summary.path,
-                            columns=Columns.from_json(columns), settings=train_settings, launch=launch,
-                            export=export)
+    # the linear start, fitted in a process of its own while this one imports TensorFlow
+    with fitted_beside(examples.path, Columns.from_json(columns), train_settings, launch) as linear:
+        from components.train.logic import run_train_task
+
+        result = run_train_task(examples=(examples.path, examples.uri), statistics=(ingest_statistics_dir(examples.path), ingest_statistics_dir(examples.uri)),
+                                model=(model.path, model.uri), log_dir=tensorboard.path, summary_md=summary.path,
+                                columns=Columns.from_json(columns), settings=train_settings, launch=launch,
+                                export=export, linear=linear)
     for key, value in result.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             report.log_metric(key, value)

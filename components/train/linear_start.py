@@ -35,118 +35,24 @@ import tf_keras
 from components.contracts import names
 from components.kinds import FeatureSpecs
 from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC, LINEAR_TEXT
-from components.contracts.linear import (LINEAR_MAX_TRAIN_ROWS, LinearDesign, LinearFit, design_matrix, fit_design,
-                                         fit_linear, read_split)
+from components.train.linear_fit import LinearStart, _kinds, fit_linear_start  # noqa: F401  (this module's API)
 
 LINEAR_LAYER = "linear_start"
 
 
-@dataclass
-class LinearStart:
-    design: LinearDesign
-    fit: LinearFit
-    fit_rows: int
-    target: str  # regression: the target the fit (and the network) learns, "standardize" or "log"
-    why: str  # regression: why that target (the transform's choice)
-    specs: FeatureSpecs  # what the network is built on (for a log target, log(1 + y)'s mean and deviation)
-    choice_rmse: Optional[float] = None  # regression: the chosen target linear model's cross-validated rmse
-
-
-def _kinds(specs: FeatureSpecs):
-    """{feature: numeric, categorical or text}: how the linear design takes each feature (its
-    kind's `linear`); a kind a linear model cannot take is left out of it."""
-    return {f.name: kind.linear for kind, f in specs.each() if kind.linear}
-
-
-def _rmse(a, b) -> float:
-    return float(np.sqrt(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)))
-
-
-def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target: str, why: str,
-                     model_specs: FeatureSpecs, setting: str, held_out: int = 0) -> Optional[LinearStart]:
-    """The linear fit the model starts from: evaluate's baseline, on the train split's rows
-    (every k-th of them past LINEAR_MAX_TRAIN_ROWS, as evaluate), in the same design; None
-    when they hold one class only. With a text feature, on the rows outside the validation
-    slice (`held_out` percent), which early stopping scores the start on: its TF-IDF columns,
-    thousands of them, each in a few rows, fit the rows they see (rotten-tomatoes: a validation
-    loss of 0.233 on the slice's rows fitted, 0.446 held out), so a start fitted on the slice
-    would look better there than it is and no epoch could replace it. A design of numbers and
-    categories scores alike on rows fitted and held out, and is fitted on them all, as
-    evaluate's own baseline is. Regression: see the module's docstring for the
-    target; `target`, `why`, `model_specs` are the transform's statistics-based choice."""
-    from components.train.target import LOG, STANDARDIZE, regression_target
-
-    regression = specs.task == "regression"
-    kinds = _kinds(specs)
-    if not kinds:  # no feature a linear model takes (images only): nothing to start from
-        return None
-    numeric = [n for n, k in kinds.items() if k == LINEAR_NUMERIC]
-    categorical = [n for n, k in kinds.items() if k == LINEAR_CATEGORICAL]
-    text = {f.name: f.ngrams for _, f in specs.each() if kinds.get(f.name) == LINEAR_TEXT}
-    rows = int(train_stats.num_examples)
-    stride = max(1, math.ceil(rows / LINEAR_MAX_TRAIN_ROWS))
-    keep = None
-    if held_out and text:  # the slice early stopping scores the start on: rows neither the start nor the network saw
-        from components.train.data import in_validation_slice
-
-        keep = lambda records: tf.logical_not(in_validation_slice(records, held_out))  # noqa: E731
-    x, y = read_split(examples_dir, names.TRAIN_SPLIT, specs.label, kinds, regression, stride, rows, keep)
-    if not regression and len(set(y)) < 2:
-        return None
-    design = fit_design(x, numeric, categorical, text)
-    matrix = design_matrix(design, x)
-    if not regression:
-        return LinearStart(design, fit_linear(matrix, y, False, specs.classes), len(y), STANDARDIZE, "", specs)
-
-    def scaled(transform: str, on: FeatureSpecs, values):
-        t = np.log1p(np.maximum(values, 0.0)) if transform == LOG else values.astype(np.float64)
-        return (t - (on.label_mean or 0.0)) / (on.label_std or 1.0)
-
-    candidates = [(target, why, model_specs)]
-    if setting == "auto" and len(y) >= 5 * CHOICE_FOLDS and float(np.min(y)) >= 0:
-        other = STANDARDIZE if target == LOG else LOG
-        candidates.append((other, *regression_target(specs, train_stats, other)[1:]))
-    if len(candidates) == 1:
-        return LinearStart(design, fit_linear(matrix, scaled(target, model_specs, y), True, []), len(y), target, why,
-                           model_specs)
-    scored = [(_cross_validated_rmse(matrix, y, transform, lambda v, t=transform, o=on: scaled(t, o, v), on),
-               transform, on) for transform, _, on in candidates]
-    rmse, transform, on = min(scored, key=lambda c: c[0])
-    summary = ", ".join(f"{_TARGETS[t]} {r:.4g}" for r, t, _ in scored)
-    return LinearStart(design, fit_linear(matrix, scaled(transform, on, y), True, []), len(y), transform,
-                       f"the linear model's {CHOICE_FOLDS}-fold rmse on the train rows: {summary}", on, rmse)
-
-
-CHOICE_FOLDS = 5
-_TARGETS = {"standardize": "the label standardised", "log": "log(1 + y) standardised"}
-
-
-def _cross_validated_rmse(matrix, y: np.ndarray, transform: str, scaled, on: FeatureSpecs) -> float:
-    """The linear model's rmse in the label's units, by CHOICE_FOLDS-fold cross-validation
-    on the fitted rows, learning `scaled(y)` (for log(1 + y): mapped back with Duan's
-    smearing from each fold's fitted rows)."""
-    from sklearn.model_selection import KFold
-
-    std, mean = on.label_std or 1.0, on.label_mean or 0.0
-    errors = []
-    for fit_rows, held in KFold(CHOICE_FOLDS, shuffle=True, random_state=0).split(y):
-        fit = fit_linear(matrix[fit_rows], scaled(y[fit_rows]), True, [])
-        u = fit.predict(matrix[held]) * std + mean
-        if transform == "log":
-            fitted = fit.predict(matrix[fit_rows]) * std + mean
-            smear = float(np.mean(np.exp(np.log1p(np.maximum(y[fit_rows], 0.0)) - fitted)))
-            u = np.maximum(np.exp(u) * smear - 1.0, 0.0)
-        errors.append(np.asarray(u - y[held], np.float64) ** 2)
-    return float(np.sqrt(np.mean(np.concatenate(errors))))
-
-
-def with_linear_start(examples_dir: str, statistics_dir: str, plan):
+def with_linear_start(examples_dir: str, statistics_dir: str, plan, beside=None):
     """(the plan, its regression target as the linear start chose it; the start), or (the
-    plan, None) when the train rows hold one class."""
+    plan, None) when the train rows hold one class. `beside`: the start being fitted in a
+    process of its own (linear_fit.py: fitted_beside), taken when it fitted it for this plan."""
     import dataclasses
 
     from components.contracts.statistics import load_statistics
 
+    if beside is not None:
+        taken, start = beside.result(plan.specs)
+        if taken:
+            return plan, start
+        print(f"linear start: fitted here ({start})", flush=True)
     s = plan.settings
     stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
     start = fit_linear_start(examples_dir, plan.specs, stats, plan.target, plan.target_why, plan.model_specs,

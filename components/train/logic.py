@@ -10,6 +10,7 @@ optimizers.py, runtime.py (strategy, precision), resilience.py (backup, preempti
 telemetry.py (timing, progress, GPU use), report.py (TrainReport) and export.py."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -19,20 +20,21 @@ import tempfile
 import time
 from typing import Any, List, Optional
 
-import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from components.contracts import names, storage
-from components.contracts.errors import reports_errors
-from components.contracts.examples import examples_pattern
-from components.kinds import FeatureSpecs, specs_from_statistics
-from components.kinds import Columns
-from components.train import phases as phase
-from components.train.data import scratch_directory
-from components.train.phases import Phases
-from components.train.report import REPORT_MD, TrainReport, build_report, render_report
-from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted
-from components.train.runtime import is_chief
-from components.train.settings import TrainSettings
-from components.train.target import regression_target
+import components  # (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+components.import_tensorflow()  # before the modules below import it: without the Google API client
+from components.contracts import names, storage  # noqa: E402
+from components.contracts.errors import reports_errors  # noqa: E402
+from components.contracts.examples import examples_pattern  # noqa: E402
+from components.kinds import Columns, FeatureSpecs, specs_from_statistics  # noqa: E402
+from components.train import phases as phase  # noqa: E402
+from components.train.data import scratch_directory  # noqa: E402
+from components.train.phases import Phases  # noqa: E402
+from components.train.report import REPORT_MD, TrainReport, build_report, render_report  # noqa: E402
+from components.train.resilience import PREEMPTED_EXIT_CODE, Preempted  # noqa: E402
+from components.train.runtime import is_chief  # noqa: E402
+from components.train.settings import TrainSettings, validation_slice  # noqa: E402
+from components.train.target import regression_target  # noqa: E402
 
 
 
@@ -70,17 +72,6 @@ def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learni
 
 # Held-out rows the validation slice reads at most (about): its metric on 25,000 rows is within about 0.3% of the whole's.
 VALIDATION_ROWS = 25_000
-
-
-def validation_slice(settings: TrainSettings, train_rows: int) -> int:
-    """The percent of the train split held out for early stopping: 0 without early stopping
-    or when the slice would have fewer than MIN_VALIDATION_ROWS rows."""
-    from components.train.settings import MIN_VALIDATION_ROWS
-
-    p = settings.validation_percent
-    if not settings.early_stopping or p <= 0 or train_rows * p / 100 < MIN_VALIDATION_ROWS:
-        return 0
-    return p
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,11 +244,12 @@ def fit(model, dataset, validation, plan: Plan, backup_dir: Optional[str], log_d
 
 def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
                 backup_dir: Optional[str] = None, log_dir: Optional[str] = None,
-                phases: Optional[Phases] = None) -> TrainReport:
+                phases: Optional[Phases] = None, linear=None) -> TrainReport:
     """One training run on local data: trains on `examples_dir/train`, exports a SavedModel
     to `model_dir` (the chief only) and returns the training report. A checkpoint in
     `backup_dir` is resumed from. `phases` (default: from this call) times it
-    (components/train/phases.py), through the report's."""
+    (components/train/phases.py), through the report's. `linear`: the linear start being
+    fitted in a process of its own (linear_fit.py: fitted_beside), or None to fit it here."""
     from components.contracts.compat.tensorflow import graph_code_without_autograph
     from components.train.data import input_cache_directory, INPUT_DESCRIPTIONS, ONE_EPOCH_INPUT
     from components.train.export import export_model
@@ -266,20 +258,24 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     graph_code_without_autograph()
     plan = plan_training(statistics_dir, columns, settings, phases)
     start, validation = None, None
-    if settings.linear_start and not settings.custom_model:  # the model contains the linear model, starts from it
-        from components.train.linear_start import read_beside, save_for_evaluate, with_linear_start
+    with_start = settings.linear_start and not settings.custom_model  # the model contains the linear model
+    from components.train.linear_start import read_beside, save_for_evaluate, with_linear_start
 
-        with read_beside(plan, lambda: validation_input(examples_dir, plan)) as validation:
-            plan, start = with_linear_start(examples_dir, statistics_dir, plan)
-        phases.mark(phase.LINEAR_START if validation is None else phase.LINEAR_START_BESIDE)
+    # The validation slice's first pass runs in a thread from here until the model is built.
+    with read_beside(plan, lambda: validation_input(examples_dir, plan)) if with_start else \
+            contextlib.nullcontext() as validation:
+        if with_start:
+            plan, start = with_linear_start(examples_dir, statistics_dir, plan, linear)
+            phases.mark(phase.LINEAR_START)
+        model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
+                              plan.target, start)
+    read_early = validation is not None
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         described = INPUT_DESCRIPTIONS[plan.cache] if settings.epochs > 1 else ONE_EPOCH_INPUT
         print(f"input: {described} (train split about {plan.estimated_bytes / 2 ** 20:,.0f} MB "
               "parsed)", flush=True)
         dataset, validation = training_inputs(examples_dir, plan, cache_dir, validation)
-        model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
-                              plan.target, start)
-        phases.mark(phase.MODEL)
+        phases.mark(phase.MODEL_BESIDE if read_early else phase.MODEL)
         run = fit(model, dataset, validation, plan, backup_dir, log_dir, start)
         phases.fit(run.timer.epochs, getattr(run.stopper, "passes", None))
         smearing = 1.0
@@ -303,7 +299,8 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
 
 
 def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns: Columns, settings: TrainSettings,
-              backup_dir: str = "", log_dir: str = "", report_dir: str = "", phases: Optional[Phases] = None) -> dict:
+              backup_dir: str = "", log_dir: str = "", report_dir: str = "", phases: Optional[Phases] = None,
+              linear=None) -> dict:
     """Training in this process, as the train task and `python -m components.train` (each
     worker of a multi-worker job) call it. Exits with 143 after a SIGTERM checkpoint (retried).
 
@@ -332,7 +329,7 @@ def run_train(*, examples_dir: str, statistics_dir: str, model_dir: str, columns
         local_logs = os.path.join(stage, "tensorboard") if log_dir and storage.is_remote(log_dir) else log_dir
         try:
             report = train_model(local_examples, local_statistics, local_model, columns, settings, backup_dir or None,
-                                 local_logs or None, phases).to_dict()
+                                 local_logs or None, phases, linear).to_dict()
         except Preempted as err:
             print(f"preempted: {err}; exiting with {PREEMPTED_EXIT_CODE} so the retry resumes", flush=True)
             raise SystemExit(PREEMPTED_EXIT_CODE) from None
@@ -360,7 +357,8 @@ def _sibling(location: str, name: str) -> str:  # <parent of location>/<name>, l
 
 @reports_errors("train")
 def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir: str, summary_md: str,
-                   columns: Columns, settings: TrainSettings, launch: str = "", export: str = "float32") -> dict:
+                   columns: Columns, settings: TrainSettings, launch: str = "", export: str = "float32",
+                   linear=None) -> dict:
     """The train task. `examples`, `statistics`, `model` are (local path, URI) pairs of the
     KFP artifacts. Without `launch`: trains in this process. With `launch` (workers > 1, a
     components.train.launch.Launch as JSON): runs the same entry point as a multi-worker job
@@ -368,7 +366,8 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
     model's URI, where a retry of this task finds it. The Markdown report is copied to
     `summary_md`. Returns the training report (the chief's). With training.tune: the search
     (components/train/tune.py), its best trial's model and report. `export` (serving.export)
-    float16 or int8: a TFLite model beside the SavedModel (components/train/compress.py)."""
+    float16 or int8: a TFLite model beside the SavedModel (components/train/compress.py).
+    `linear`: the linear start being fitted beside this process (linear_fit.py: fitted_beside)."""
     if settings.tune:
         from components.train.tune import run_tuned_task
 
@@ -381,7 +380,7 @@ def run_train_task(*, examples: tuple, statistics: tuple, model: tuple, log_dir:
         report_dir = _sibling(model[0], "report")
         report = run_train(examples_dir=examples[0], statistics_dir=statistics[0], model_dir=model[0],
                            columns=columns, settings=settings, backup_dir=backup_home, log_dir=log_dir,
-                           report_dir=report_dir, phases=Phases(since_process_start=True))
+                           report_dir=report_dir, phases=Phases(since_process_start=True), linear=linear)
     else:
         from components.train.launch import Launch, run_training_job, worker_command
 

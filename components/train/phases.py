@@ -9,10 +9,13 @@ adds up):
 - staging: inputs copied from an object store into local scratch (remote inputs only);
 - statistics and vocabularies: the train split's statistics read, the feature specs (the
   vocabularies) and the regression target built from them;
-- linear start: the linear model fitted on the train split (training.linear_start); with
-  a memory-cached slice (classification), the validation slice's first pass runs beside it
-  in a thread ("linear start, the validation slice's read beside it": the two together);
-- model and input: the model built and compiled, the input pipelines set up;
+- linear start: the linear model fitted on the train split (training.linear_start): with
+  ingest's sample, a classifier's in a process of its own started before TensorFlow's
+  import (components/train/linear_fit.py), and this phase is the wait for it;
+- model and input: the model built and compiled, the input pipelines set up; with a
+  memory-cached slice (classification), the validation slice's first pass runs in a thread
+  from the linear start until the model is built ("model and input, the validation slice's
+  first read beside them": this phase ends when that pass does);
 - validation slice: every pass over the held-out slice inside `fit` (Keras' validation
   after each epoch, the linear start's scores before the first and after each);
 - epoch N: each epoch's training steps (its validation pass not included);
@@ -34,8 +37,8 @@ START = "start"
 STAGING = "staging"
 STATISTICS = "statistics and vocabularies"
 LINEAR_START = "linear start"
-LINEAR_START_BESIDE = "linear start, the validation slice's read beside it"
 MODEL = "model and input"
+MODEL_BESIDE = "model and input, the validation slice's first read beside them"
 VALIDATION = "validation slice"
 FIT_OTHER = "fit, outside the epochs"
 SMEARING = "log-target smearing"

@@ -230,3 +230,11 @@ class TrainSettings(Strict):
             raise ValueError(f"'{v}' is not module:function, e.g. my_models.wide:build")
         return v
 
+
+def validation_slice(settings: TrainSettings, train_rows: int) -> int:
+    """The percent of the train split held out for early stopping: 0 without early stopping
+    or when the slice would have fewer than MIN_VALIDATION_ROWS rows."""
+    p = settings.validation_percent
+    if not settings.early_stopping or p <= 0 or train_rows * p / 100 < MIN_VALIDATION_ROWS:
+        return 0
+    return p
