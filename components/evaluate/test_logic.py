@@ -37,6 +37,31 @@ def test_multiclass_metrics_by_hand():
     assert m["log_loss"] == pytest.approx(-np.mean(np.log([0.8, 0.8, 0.1, 0.6])))
 
 
+@pytest.mark.parametrize("classes", [2, 7])
+def test_the_counted_metrics_are_scikit_learns(classes):
+    """Accuracy, per-class precision and recall and the confusion matrix from numpy's
+    bincount equal scikit-learn's, with labels unseen in training (-1) and a class never
+    predicted (its precision 0, as zero_division=0 gives)."""
+    from sklearn import metrics as sk
+
+    from components.evaluate.metrics import confusion_matrix
+
+    rng = np.random.default_rng(classes)
+    y = rng.integers(-1, classes, 5000)
+    p = rng.random((5000, classes))
+    p[:, classes - 1] = 0  # never the argmax
+    names = [f"c{i}" for i in range(classes)]
+    m = multiclass_metrics(y, p, names)
+    pred, known, labels = p.argmax(1), y >= 0, list(range(classes))
+    precision, recall, _, _ = sk.precision_recall_fscore_support(y[known], pred[known], labels=labels, average=None,
+                                                                 zero_division=0)
+    assert m["accuracy"] == sk.accuracy_score(y, pred)
+    assert [m[f"precision/{c}"] for c in names] == list(precision) and m[f"precision/c{classes - 1}"] == 0
+    assert [m[f"recall/{c}"] for c in names] == list(recall)
+    np.testing.assert_array_equal(confusion_matrix(y, pred, classes),
+                                  sk.confusion_matrix(y[known], pred[known], labels=labels))
+
+
 def test_binary_metrics_by_hand():
     y = np.array([0, 0, 1, 1])
     score = np.array([0.1, 0.4, 0.35, 0.8])

@@ -59,6 +59,9 @@ class PushResult:
 
 def eval_examples(examples_dir: str, count: int) -> List[bytes]:
     """The first `count` serialized eval examples (warmup requests and smoke test rows)."""
+    import components
+
+    components.import_tensorflow()  # push's first TensorFlow: without the Google API client
     import tensorflow as tf
 
     files = split_files(examples_dir, names.EVAL_SPLIT, required=False)
