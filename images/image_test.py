@@ -8,7 +8,8 @@
    task in a container of the CPU image: kfp.local walks the DAG, and each task runs as its pod
    would (PodTaskHandler). Data and serving base are in a bucket of the GCS emulator (a real GCS
    JSON API server on loopback, the test fixture tests/fixtures/gcs.py). A whole version must
-   land in the bucket, and each task's working directory must stay empty.
+   land in the bucket, each task's working directory must stay empty, and the train task must
+   take its linear start from the process it starts beside it (components/train/linear_fit.py).
 
 Prints one line per check and the pushed version; exits 1 with an `error:` line on a failure.
 """
@@ -217,6 +218,13 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
             written = {str(p): os.listdir(p) for p in pods if os.listdir(p)}
             if written:
                 raise CheckFailed(f"tasks wrote into their working directory: {written}")
+            # the linear start's own process (components/train/linear_fit.py) ran in the image,
+            # under its read-only root, and the task took its fit
+            train_log = "".join(p.with_name(p.name + ".log").read_text(errors="replace")
+                                for p in pods if p.name.startswith("pod-train-"))
+            if "in a process of its own" not in train_log:
+                raise CheckFailed("the train task fitted its linear start itself: the process beside it did not "
+                                  "give it (its log: 'linear start: fitted here (...)')")
             objects = sorted(e.uri for e in storage.list_prefix(f"{root}/serving"))
             version = f"{root}/serving/penguins/1"
             needed = [f"{version}/saved_model.pb", f"{root}/serving/models.config"]
