@@ -50,6 +50,7 @@ def test_the_counted_metrics_are_scikit_learns(classes):
     y = rng.integers(-1, classes, 5000)
     p = rng.random((5000, classes))
     p[:, classes - 1] = 0  # never the argmax
+    p /= p.sum(axis=1, keepdims=True)  # probabilities, as the model's softmax gives
     names = [f"c{i}" for i in range(classes)]
     m = multiclass_metrics(y, p, names)
     pred, known, labels = p.argmax(1), y >= 0, list(range(classes))
