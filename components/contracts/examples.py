@@ -60,7 +60,7 @@ BLOCK_ROWS = 1024
 # modulo 100), so the block input holds out the same rows as the row-wise one.
 SLICE_FEATURE = "__gpupipe_slice_bucket__"
 
-# The train sample: the rows a linear model is fitted on (contracts/linear.py: LINEAR_MAX_TRAIN_ROWS).
+# The train sample's rows: what a linear model is fitted on (contracts/linear.py: LINEAR_MAX_TRAIN_ROWS).
 SAMPLE_ROWS = 50_000
 SAMPLE_FILE = "sample/train.parquet"
 _ROW = "__gpupipe_row__"  # a sampled row's position in the source (the merge keeps the source's order)

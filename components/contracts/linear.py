@@ -19,10 +19,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from components.contracts.examples import block_files, examples_pattern, split_files, spread_shards
+from components.contracts.examples import SAMPLE_ROWS, block_files, examples_pattern, split_files, spread_shards
 from components.contracts.linear_text import TextColumn, fit_text_column, text_block
 
-LINEAR_MAX_TRAIN_ROWS = 50_000
+LINEAR_MAX_TRAIN_ROWS = SAMPLE_ROWS  # the train rows a linear model is fitted on: ingest's sample's size
 SPREAD_SHARDS = 4  # a strided read takes at least this many shards, spread over the split
 # A categorical feature's most frequent values one-hot in the design. 1,000 (every value the
 # model's vocabulary holds) overfit the start on tail values of a few rows each: the ctr config
@@ -89,10 +89,10 @@ def read_train_sample(examples_dir: str, label: str, kinds: Dict[str, str], regr
     import pyarrow.parquet as pq
 
     from components.contracts import storage
-    from components.contracts.examples import SAMPLE_ROWS, SLICE_FEATURE, read_manifest, sample_path
+    from components.contracts.examples import SLICE_FEATURE, read_manifest, sample_path
 
     manifest = read_manifest(examples_dir) or {}
-    if not manifest.get("sample") or SAMPLE_ROWS != LINEAR_MAX_TRAIN_ROWS:
+    if not manifest.get("sample"):
         return None
     wanted = [label, *kinds, SLICE_FEATURE]
     data = storage.read_bytes(sample_path(examples_dir))

@@ -6,6 +6,7 @@ task before the model could be built, and TensorFlow's import about 2.6 s, each 
 (docs/benchmarks.md, "The linear start beside TensorFlow's import")."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -193,42 +194,37 @@ class FitBeside:
         shutil.rmtree(self._home, ignore_errors=True)
 
 
-class fitted_beside:  # noqa: N801  (a context manager, used as a function)
+@contextlib.contextmanager
+def fitted_beside(examples_dir: str, columns, settings, launch: str = ""):
     """`with fitted_beside(examples_dir, columns, settings, launch) as beside:` starts the
     classifier's linear start in a process of its own before the caller imports TensorFlow,
     and yields a FitBeside (train_model waits for it when it needs the start), or None when
     the task does not train here (`launch`: a multi-worker job's workers fit it) or fits it
     itself: no linear start, a custom model, a tuning search, a regression (its target choice
-    needs TensorFlow), or examples without ingest's sample (their read needs it too)."""
+    needs TensorFlow), or examples without ingest's sample (their read needs it too). The
+    process is stopped, and its files removed, when the block ends."""
+    import components
+    from components.contracts.examples import ingest_statistics_dir, read_manifest
 
-    def __init__(self, examples_dir: str, columns, settings, launch: str = ""):
-        self._args = (examples_dir, columns, settings, launch)
-        self._beside: Optional[FitBeside] = None
-
-    def __enter__(self) -> Optional[FitBeside]:
-        from components.contracts.examples import ingest_statistics_dir, read_manifest
-
-        examples_dir, columns, s, launch = self._args
-        if (launch or not s.linear_start or s.custom_model or s.tune or s.task == "regression"
-                or not (read_manifest(examples_dir) or {}).get("sample")):
-            return None
-        home = tempfile.mkdtemp(prefix="gpupipe-linear-start-")
-        request = {"examples": examples_dir, "statistics": ingest_statistics_dir(examples_dir),
-                   "columns": columns.model_dump_json(), "settings": s.model_dump_json()}
-        with open(os.path.join(home, "request.json"), "w", encoding="utf-8") as fh:
-            json.dump(request, fh)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        import components
-
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        env.pop(components.PEAK_RSS_ENV, None)  # its peak is reported with its result (FitBeside.result), not as the task's
-        process = subprocess.Popen([sys.executable, "-m", "components.train.linear_fit", home], env=env)
-        self._beside = FitBeside(process, home, time.monotonic())
-        return self._beside
-
-    def __exit__(self, *exc) -> None:
-        if self._beside is not None:
-            self._beside.close()
+    s = settings
+    if (launch or not s.linear_start or s.custom_model or s.tune or s.task == "regression"
+            or not (read_manifest(examples_dir) or {}).get("sample")):
+        yield None
+        return
+    home = tempfile.mkdtemp(prefix="gpupipe-linear-start-")
+    request = {"examples": examples_dir, "statistics": ingest_statistics_dir(examples_dir),
+               "columns": columns.model_dump_json(), "settings": s.model_dump_json()}
+    with open(os.path.join(home, "request.json"), "w", encoding="utf-8") as fh:
+        json.dump(request, fh)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop(components.PEAK_RSS_ENV, None)  # its peak is reported with its result (FitBeside.result), not as the task's
+    process = subprocess.Popen([sys.executable, "-m", "components.train.linear_fit", home], env=env)
+    beside = FitBeside(process, home, time.monotonic())
+    try:
+        yield beside
+    finally:
+        beside.close()
 
 
 def main(home: str) -> int:
