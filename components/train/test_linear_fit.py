@@ -21,22 +21,34 @@ def _specs(examples):
     return specs_from_statistics(load_statistics(ingest_statistics_dir(examples), names.TRAIN_SPLIT), PENGUIN_COLUMNS)
 
 
-def test_the_fit_beside_is_the_fit_in_the_task(penguin_examples):
+def test_the_fit_beside_is_the_fit_in_the_task(tmp_path, penguin_examples, monkeypatch):
     """The process's fit (from the sample, TensorFlow never imported there) has the weights
-    the task's own fit_linear_start gives, on the same rows."""
+    the task's own fit_linear_start gives, on the same rows; a task whose plan has other specs
+    does not take it. A pod's memory is its processes' sum: the run's record of the task's
+    peak gets this process's peak so far plus the fit's process's
+    (components.record_workers_peak_rss), and that process does not write the task's own."""
+    import dataclasses
+
+    import components
     from components.train.linear_fit import fit_linear_start, fitted_beside
 
-    settings = penguin_settings()
+    peak = tmp_path / "peak"
+    monkeypatch.setenv(components.PEAK_RSS_ENV, str(peak))
     specs = _specs(penguin_examples)
     stats = load_statistics(ingest_statistics_dir(penguin_examples), names.TRAIN_SPLIT)
     here = fit_linear_start(penguin_examples, specs, stats, "standardize", "", specs, "auto", 0)
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, settings) as beside:
+    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
         assert beside is not None
         taken, start = beside.result(specs)
+        other, why = beside.result(dataclasses.replace(specs, label="other"))
     assert taken and start.fit_rows == here.fit_rows
     np.testing.assert_allclose(start.fit.coef, here.fit.coef, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(start.fit.intercept, here.fit.intercept, rtol=1e-6, atol=1e-9)
     assert start.specs == specs
+    assert not other and "other feature specs" in why
+    own_then, workers = (int(n) for n in (tmp_path / ("peak" + components.WORKERS_PEAK_RSS_SUFFIX)).read_text().split())
+    assert workers == 0 and not peak.exists()
+    assert own_then - components.vm_hwm_kb() > 50_000  # the fit's process: scikit-learn, numpy, pyarrow (kB)
 
 
 def test_no_process_where_the_task_fits_it_itself(tmp_path, penguin_examples):
@@ -72,42 +84,13 @@ def test_bad_data_in_the_process_is_the_tasks_error(tmp_path, penguin_examples):
 
 
 def test_a_process_that_dies_leaves_the_fit_to_the_task(penguin_examples):
-    """Killed (out of memory, say) or fitted for other specs: (False, why), and the task fits
-    the start itself (linear_start.py: with_linear_start)."""
-    import dataclasses
-
-    from components.train.linear_fit import fitted_beside
-
-    specs = _specs(penguin_examples)
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
-        beside._process.kill()
-        taken, why = beside.result(specs)
-    assert not taken and "exited with" in why
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
-        taken, why = beside.result(dataclasses.replace(specs, label="other"))
-    assert not taken and "other feature specs" in why
-
-
-def test_the_process_cleans_up_after_itself(penguin_examples):
+    """Killed (out of memory, say): (False, why), and the task fits the start itself
+    (linear_start.py: with_linear_start); the process and its files are gone after the block."""
     from components.train.linear_fit import fitted_beside
 
     with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
         home = beside._home
-        assert os.path.isdir(home)
+        beside._process.kill()
+        taken, why = beside.result(_specs(penguin_examples))
+    assert not taken and "exited with" in why
     assert not os.path.exists(home) and beside._process.poll() is not None
-
-
-def test_the_tasks_peak_memory_counts_the_process_beside_it(tmp_path, penguin_examples, monkeypatch):
-    """A pod's memory is its processes' sum: the run's record of the task's peak gets this
-    process's peak so far plus the fit's process's (components.record_workers_peak_rss), and
-    that process does not write the task's own figure."""
-    import components
-    from components.train.linear_fit import fitted_beside
-
-    peak = tmp_path / "peak"
-    monkeypatch.setenv(components.PEAK_RSS_ENV, str(peak))
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
-        taken, _ = beside.result(_specs(penguin_examples))
-    own_then, workers = (int(n) for n in (tmp_path / ("peak" + components.WORKERS_PEAK_RSS_SUFFIX)).read_text().split())
-    assert taken and workers == 0 and own_then > components.vm_hwm_kb() // 2 and not peak.exists()
-    assert own_then - components.vm_hwm_kb() > 50_000  # the fit's process: scikit-learn, numpy, pyarrow (kB)
