@@ -405,4 +405,6 @@ def test_the_report_says_where_the_time_went_phase_by_phase(written_report):
     # the feed's cost per example and the per-core rate it gives (telemetry.feed_cost), where the run tells it
     if written["input_core_us_per_example"] is not None:
         assert written["input_core_us_per_example"] > 0
-        assert written["feed_examples_per_core_second"] == round(1e6 / written["input_core_us_per_example"], 0)
+        # the rate comes from the unrounded cost: within the cost's rounding to 0.01 µs and its own to 1
+        us, rate = written["input_core_us_per_example"], written["feed_examples_per_core_second"]
+        assert abs(rate - 1e6 / us) <= 1e6 * 0.005 / (us * (us - 0.005)) + 0.5, (rate, us)
