@@ -185,6 +185,7 @@ def run_compiled_pipeline(cpu: str, gpu: str, work: Path) -> str:
             raw["name"] = "penguins-images"
             raw["images"] = {"cpu": cpu, "gpu": gpu}
             raw["training"]["pods"].update(gpus=0, accelerator=None)  # the train task in the CPU image too (no GPU here)
+            raw["training"]["linear_start_process_rows"] = 0  # the linear start's own process, for penguins' 279 rows too
             raw["cluster"].update(data_source=f"{root}/data/penguins.csv", serving_base=f"{root}/serving")
             # the emulator takes anonymous requests
             raw.get("storage", {}).get("gcs", {}).pop("credentials_secret", None)

@@ -201,14 +201,16 @@ def fitted_beside(examples_dir: str, columns, settings, launch: str = ""):
     and yields a FitBeside (train_model waits for it when it needs the start), or None when
     the task does not train here (`launch`: a multi-worker job's workers fit it) or fits it
     itself: no linear start, a custom model, a tuning search, a regression (its target choice
-    needs TensorFlow), or examples without ingest's sample (their read needs it too). The
-    process is stopped, and its files removed, when the block ends."""
+    needs TensorFlow), examples without ingest's sample (their read needs it too), or a sample
+    of fewer than `training.linear_start_process_rows` rows (the fit is then quicker than the
+    process's start). The process is stopped, and its files removed, when the block ends."""
     import components
     from components.contracts.examples import ingest_statistics_dir, read_manifest
 
     s = settings
-    if (launch or not s.linear_start or s.custom_model or s.tune or s.task == "regression"
-            or not (read_manifest(examples_dir) or {}).get("sample")):
+    sample = (read_manifest(examples_dir) or {}).get("sample") or {}
+    if (launch or not s.linear_start or s.custom_model or s.tune or s.task == "regression" or not sample
+            or int(sample.get("rows", 0)) < s.linear_start_process_rows):
         yield None
         return
     home = tempfile.mkdtemp(prefix="gpupipe-linear-start-")

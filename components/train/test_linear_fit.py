@@ -37,7 +37,7 @@ def test_the_fit_beside_is_the_fit_in_the_task(tmp_path, penguin_examples, monke
     specs = _specs(penguin_examples)
     stats = load_statistics(ingest_statistics_dir(penguin_examples), names.TRAIN_SPLIT)
     here = fit_linear_start(penguin_examples, specs, stats, "standardize", "", specs, "auto", 0)
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
+    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         assert beside is not None
         taken, start = beside.result(specs)
         other, why = beside.result(dataclasses.replace(specs, label="other"))
@@ -52,12 +52,13 @@ def test_the_fit_beside_is_the_fit_in_the_task(tmp_path, penguin_examples, monke
 
 
 def test_no_process_where_the_task_fits_it_itself(tmp_path, penguin_examples):
-    """None (the task fits it) for a regression, a launched job, no linear start, and examples
-    without ingest's sample."""
+    """None (the task fits it) for a regression, a launched job, no linear start, a sample
+    smaller than training.linear_start_process_rows, and examples without ingest's sample."""
     from components.train.linear_fit import fitted_beside
 
     for settings, launch in [(penguin_settings(task="regression"), ""), (penguin_settings(), '{"workers": 2}'),
-                             (penguin_settings(linear_start=False), "")]:
+                             (penguin_settings(linear_start=False), ""),
+                             (penguin_settings(), "")]:  # its sample, 279 rows: below linear_start_process_rows
         with fitted_beside(penguin_examples, PENGUIN_COLUMNS, settings, launch) as beside:
             assert beside is None
     copy = str(tmp_path / "examples")
@@ -65,7 +66,7 @@ def test_no_process_where_the_task_fits_it_itself(tmp_path, penguin_examples):
     manifest = json.loads(open(manifest_path(copy)).read())
     del manifest["sample"]
     open(manifest_path(copy), "w").write(json.dumps(manifest))
-    with fitted_beside(copy, PENGUIN_COLUMNS, penguin_settings()) as beside:
+    with fitted_beside(copy, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         assert beside is None
 
 
@@ -77,7 +78,7 @@ def test_bad_data_in_the_process_is_the_tasks_error(tmp_path, penguin_examples):
     copy = str(tmp_path / "examples")
     shutil.copytree(penguin_examples, copy)
     shutil.rmtree(ingest_statistics_dir(copy))
-    with fitted_beside(copy, PENGUIN_COLUMNS, penguin_settings()) as beside:
+    with fitted_beside(copy, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         with pytest.raises(GpupipeError) as err:
             beside.result(_specs(penguin_examples))
     assert "statistics" in str(err.value) and "\n" not in str(err.value)
@@ -88,7 +89,7 @@ def test_a_process_that_dies_leaves_the_fit_to_the_task(penguin_examples):
     (linear_start.py: with_linear_start); the process and its files are gone after the block."""
     from components.train.linear_fit import fitted_beside
 
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings()) as beside:
+    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         home = beside._home
         beside._process.kill()
         taken, why = beside.result(_specs(penguin_examples))
