@@ -134,23 +134,15 @@ class TrainSample:
         self._pending = len(priorities)
 
     def part(self):
-        """What this process kept, in Arrow's stream format (for write_train_sample), or None."""
-        import pyarrow as pa
-
+        """What this process kept (a record batch, for write_train_sample), or None."""
         self._prune()
-        if not self._parts:
-            return None
-        batch = self._parts[0][1]
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        return sink.getvalue()
+        return self._parts[0][1] if self._parts else None
 
 
 def write_train_sample(examples_dir: str, parts: list, size: int = SAMPLE_ROWS) -> Optional[dict]:
-    """Merges the workers' TrainSample parts into `<dir>/sample/train.parquet` (the `size`
-    rows of smallest priority, in the source's order); returns the manifest's entry, or None
-    when no part holds a row."""
+    """Merges the workers' TrainSample parts (each in Arrow's stream format, or None) into
+    `<dir>/sample/train.parquet` (the `size` rows of smallest priority, in the source's
+    order); returns the manifest's entry, or None when no part holds a row."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq

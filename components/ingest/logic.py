@@ -155,10 +155,11 @@ class _Outputs:
     def counts(self) -> dict:
         """Rows and shards per split, block shards, the train sample's part, the statistics'
         partial accumulators and seconds."""
+        sample = self.sample.part() if self.sample is not None else None
         return {"rows": {s: w.rows for s, w in self.writers.items()},
                 "shards": {s: w.shards for s, w in self.writers.items()},
                 "block_shards": {s: w.shards for s, w in self.block_writers.items()},
-                "sample": self.sample.part() if self.sample is not None else None,
+                "sample": to_stream(sample) if sample is not None else None,  # through the worker's pipe
                 "partials": {s: acc.partial() for s, acc in self.statistics.items()},
                 "stats_seconds": sum(acc.seconds for acc in self.statistics.values())}
 

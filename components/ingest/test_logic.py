@@ -489,7 +489,7 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
 
     from components.contracts.examples import (SLICE_FEATURE, TrainSample, row_priorities, sample_path,
                                                write_train_sample)
-    from components.ingest.logic import slice_buckets
+    from components.ingest.logic import slice_buckets, to_stream
 
     rows = 5000
     columns = pa.RecordBatch.from_arrays([pa.array(np.arange(rows, dtype=np.float32))], ["x"])
@@ -501,8 +501,8 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
         for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):  # batches dealt out in turn, as to workers
             parts[i % processes].add(columns.slice(a, b - a), records[a:b], a)
         out = str(tmp_path / f"{len(cuts)}-{processes}")
-        assert write_train_sample(out, [p.part() for p in parts], size=300) == {"file": "sample/train.parquet",
-                                                                                "rows": 300}
+        assert write_train_sample(out, [to_stream(p.part()) for p in parts], size=300) == {
+            "file": "sample/train.parquet", "rows": 300}
         return pq.read_table(sample_path(out))
 
     one = sampled([0, rows], 1)

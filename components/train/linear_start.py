@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np
@@ -34,8 +33,7 @@ import tf_keras
 
 from components.contracts import names
 from components.kinds import FeatureSpecs
-from components.kinds.base import LINEAR_CATEGORICAL, LINEAR_NUMERIC, LINEAR_TEXT
-from components.train.linear_fit import LinearStart, _kinds, fit_linear_start  # noqa: F401  (this module's API)
+from components.train.linear_fit import LinearStart, _kinds, fit_linear_start
 
 LINEAR_LAYER = "linear_start"
 
