@@ -6,11 +6,14 @@ CSV of N rows, runs `gpupipe run` on configs/ctr.yaml with data.source pointed a
 training.epochs 1 (a temporary copy of the config; every other setting as committed), in a
 fresh runs directory with nothing reused (--no-cache), and prints:
 
-- each step's wall time and its task's peak RSS (the run's record, gpupipe-run.json);
-- the train task's phases (its report's `phases`: seconds, share, cores busy);
-- ingest's rows/s (CSV rows over the step's time, statistics included) and evaluate's (eval
-  rows over its time, end to end; and over its scoring pass alone, the steady state, from
-  evaluation.json's `seconds`: at 200k eval rows the task's fixed start dominates).
+- each step's wall time, its task process's (start to exit: what a pod runs, without the
+  local run's own work between tasks) and its peak RSS (the run's record, gpupipe-run.json);
+- the train task's phases (its report's `phases`: seconds, share, cores busy), and its time
+  outside the epochs' training steps as a share of its task process's;
+- ingest's rows/s (CSV rows over its task process's time, statistics included) and
+  evaluate's (eval rows over its task process's time, end to end; and over its scoring pass
+  alone, the steady state, from evaluation.json's `seconds`: at 200k eval rows the task's
+  fixed start dominates).
 
 Tasks start cold by default (`gpupipe run --cold`: a new Python per task, as a pod runs it),
 so each peak RSS is that task's own; --warm forks them from the warm server, whose pages
@@ -79,23 +82,34 @@ def render(rows: int, csv_mb: float, result: dict) -> str:
     ingested = sum(split_rows.values()) + (manifest.get("rows_dropped_missing_label") or 0)
     eval_rows = result["evaluation"].get("metrics", {}).get("examples") or split_rows.get("eval")
     lines = [f"{rows:,} rows ({csv_mb:,.0f} MB of CSV), configs/ctr.yaml with training.epochs 1: "
-             f"run {result['wall']:.1f} s", "", "| step | seconds | peak RSS (MB) |", "|---|---:|---:|"]
+             f"run {result['wall']:.1f} s", "", "| step | seconds | its task's process | peak RSS (MB) |",
+             "|---|---:|---:|---:|"]
+
+    def figure(value, spec: str) -> str:
+        return format(value, spec) if value is not None else "-"
+
     for name, step in steps.items():
-        rss = f"{step['peak_rss_mb']:,.0f}" if step.get("peak_rss_mb") is not None else "-"
-        lines.append(f"| {name} | {step['seconds']:.1f} | {rss} |" if step.get("seconds") is not None
-                     else f"| {name} | - | {rss} |")
+        lines.append(f"| {name} | {figure(step.get('seconds'), '.1f')} | {figure(step.get('task_seconds'), '.1f')} | "
+                     f"{figure(step.get('peak_rss_mb'), ',.0f')} |")
     total = sum(p["seconds"] for p in train.get("phases", []))
-    lines += ["", f"train's phases ({total:.1f} s of the step's {steps['train']['seconds']:.1f} s; the rest is "
-                  "the task's process and KFP's executor around it):", "",
+    task = steps["train"].get("task_seconds") or steps["train"]["seconds"]
+    lines += ["", f"train's phases ({total:.1f} s of its task process's {task:.1f} s, start to exit; the rest is "
+                  "the process's exit after the report):", "",
               "| phase | seconds | share | cores busy |", "|---|---:|---:|---:|"]
     for p in train.get("phases", []):
         busy = p["cpu_seconds"] / p["seconds"] if p["seconds"] else 0.0
         lines.append(f"| {p['name']} | {p['seconds']:.1f} | {p['seconds'] / total:.1%} | {busy:.2f} |")
-    lines += ["", f"ingest: {ingested / steps['ingest']['seconds']:,.0f} rows/s ({ingested:,} rows, statistics "
+    epochs = sum(p["seconds"] for p in train.get("phases", []) if p["name"].startswith("epoch "))
+    if epochs:
+        lines += ["", f"train outside the epochs' training steps: {task - epochs:.1f} s of the task process's "
+                      f"{task:.1f} s = {(task - epochs) / task:.1%}"]
+    ingest = steps["ingest"].get("task_seconds") or steps["ingest"]["seconds"]
+    lines += ["", f"ingest: {ingested / ingest:,.0f} rows/s over its task process's time ({ingested:,} rows, statistics "
                   "included)"]
     if eval_rows:
-        lines.append(f"evaluate: {eval_rows / steps['evaluate']['seconds']:,.0f} eval rows/s end to end ({eval_rows:,} "
-                     "rows over the step's time: the task's process start, imports and KFP's executor included)")
+        evaluate = steps["evaluate"].get("task_seconds") or steps["evaluate"]["seconds"]
+        lines.append(f"evaluate: {eval_rows / evaluate:,.0f} eval rows/s end to end ({eval_rows:,} rows over its task "
+                     "process's time: the process's start and exit, imports and KFP's executor included)")
         spent = result["evaluation"].get("seconds") or {}
         if spent.get("scoring_pass"):
             lines.append(f"evaluate's scoring pass: {eval_rows / spent['scoring_pass']:,.0f} eval rows/s (the split read, "

@@ -50,6 +50,7 @@ class StepResult:
     status: str = "NOT RUN"
     seconds: Optional[float] = None
     peak_rss_mb: Optional[float] = None  # its task process's (pipelines/stopping.py: run_task); None if reused
+    task_seconds: Optional[float] = None  # its task process's, start to exit (`seconds` adds the run's cache work)
 
 
 @dataclass
@@ -219,6 +220,7 @@ class _ProgressTee(io.TextIOBase):
                 self._steps[name].status = status
                 self._steps[name].seconds = time.monotonic() - self.started.get(name, time.monotonic())
                 self._steps[name].peak_rss_mb = stopping.take_peak_rss_mb()
+                self._steps[name].task_seconds = stopping.take_task_seconds()
                 self._say(f"  {name:<{self._width}} {status} in {self._steps[name].seconds:.1f}s")
         elif line.lstrip().startswith(PROGRESS):  # kfp.local indents a task's own lines
             self._progress(line)
@@ -350,7 +352,8 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if config.notify.webhook_url and not stopped:  # a stopped run has seconds to end in: no remote calls
         summary.notified = notify_outcome(config, summary)
     extra = {"terminated": {"signal": stopped.name, "step": stopped_at}} if stopped else {}
-    steps_record = {s.name: {"status": s.status, "seconds": s.seconds, "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
+    steps_record = {s.name: {"status": s.status, "seconds": s.seconds, "task_seconds": s.task_seconds,
+                             "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
     folder.finish(status, summary.render(), note=summary.stopped, steps=steps_record, **extra)
     summary.log_file = str(folder.log)
     return summary

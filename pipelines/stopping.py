@@ -138,21 +138,25 @@ def run_task(full_command: List[str]) -> int:
     (pipelines/warm_client.py: PEAK_RSS_LINE), or the one a cold task wrote as it exited
     (components/__init__.py: PEAK_RSS_ENV; a command that does not import `components`
     writes none), plus the summed peak of the worker processes a step ran (ingest's:
-    components.record_workers_peak_rss; see _with_workers)."""
-    global _peak_rss_kb
+    components.record_workers_peak_rss; see _with_workers). The task's wall time, from its
+    process's start to its exit, is kept for take_task_seconds: what a pod would run, without
+    the run's own work around it (the local cache's key and store)."""
+    global _peak_rss_kb, _task_seconds
     from components import PEAK_RSS_ENV, WORKERS_PEAK_RSS_SUFFIX
     from pipelines.warm_client import TASK_GROUP_ENV
 
-    _peak_rss_kb = None
+    _peak_rss_kb = _task_seconds = None
     check()
     fd, peak_file = tempfile.mkstemp(prefix="gpupipe-peak-rss-")  # a cold task's, as it exits
     os.close(fd)
     try:
+        started = time.monotonic()
         process = subprocess.Popen(full_command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, bufsize=1, process_group=0,
                                    preexec_fn=dies_with_this_process(),
                                    env={**os.environ, TASK_GROUP_ENV: "1", PEAK_RSS_ENV: peak_file})
         code, reported = _follow(process)
+        _task_seconds = time.monotonic() - started
         with open(peak_file, encoding="ascii") as f:
             written = f.read().strip()
         _peak_rss_kb = _with_workers(reported if reported is not None else int(written) if written.isdigit() else None,
@@ -206,6 +210,7 @@ def _follow(process: subprocess.Popen) -> Tuple[int, Optional[int]]:
 
 _running: set = set()  # the process groups of the tasks running now (run_task)
 _peak_rss_kb: Optional[int] = None  # the last task's (run_task)
+_task_seconds: Optional[float] = None  # the last task's process's wall time (run_task)
 
 
 def take_peak_rss_mb() -> Optional[float]:
@@ -214,6 +219,14 @@ def take_peak_rss_mb() -> Optional[float]:
     global _peak_rss_kb
     peak, _peak_rss_kb = _peak_rss_kb, None
     return round(peak / 1024, 1) if peak is not None else None
+
+
+def take_task_seconds() -> Optional[float]:
+    """The wall time of the task process run_task ran last, from its start to its exit, once
+    (None after that, or when a task ran no process: a reused one)."""
+    global _task_seconds
+    seconds, _task_seconds = _task_seconds, None
+    return seconds
 
 
 class _Handler:
