@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -49,7 +49,8 @@ def _rmse(a, b) -> float:
 
 
 def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target: str, why: str,
-                     model_specs: FeatureSpecs, setting: str, held_out: int = 0) -> Optional[LinearStart]:
+                     model_specs: FeatureSpecs, setting: str, held_out: int = 0,
+                     on_design: Optional[Callable[[LinearDesign], None]] = None) -> Optional[LinearStart]:
     """The linear fit the model starts from: evaluate's baseline, on the train split's rows
     (ingest's sample of them, contracts/linear.py: read_train_sample; without one, every k-th
     of them past LINEAR_MAX_TRAIN_ROWS, as evaluate), in the same design; None
@@ -60,7 +61,9 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
     would look better there than it is and no epoch could replace it. A design of numbers and
     categories scores alike on rows fitted and held out, and is fitted on them all, as
     evaluate's own baseline is. Regression: see the module's docstring for the
-    target; `target`, `why`, `model_specs` are the transform's statistics-based choice."""
+    target; `target`, `why`, `model_specs` are the transform's statistics-based choice.
+    `on_design`: called with a classifier's design as soon as it is known, before the fit
+    (the model can be built on it meanwhile: `design_start`)."""
     regression = specs.task == "regression"
     kinds = _kinds(specs)
     if not kinds:  # no feature a linear model takes (images only): nothing to start from
@@ -87,6 +90,8 @@ def fit_linear_start(examples_dir: str, specs: FeatureSpecs, train_stats, target
     if not regression and len(set(y)) < 2:
         return None
     design = fit_design(x, numeric, categorical, text)
+    if on_design is not None and not regression:
+        on_design(design)
     matrix = design_matrix(design, x)
     if not regression:
         return LinearStart(design, fit_linear(matrix, y, False, specs.classes), len(y), "standardize", "", specs)
@@ -134,9 +139,25 @@ def _cross_validated_rmse(matrix, y: np.ndarray, transform: str, scaled, on: Fea
     return float(np.sqrt(np.mean(np.concatenate(errors))))
 
 
-def _fit_for(examples_dir: str, statistics_dir: str, columns, settings) -> Optional[LinearStart]:
+def design_start(design: LinearDesign, specs: FeatureSpecs) -> LinearStart:
+    """A classifier's start on `design` before its fit: zero weights of the fit's shape. The
+    model is built on it (its linear part's layers follow the design), then takes the fit's
+    weights (linear_start.py: initialise)."""
+    width, classes = design.width, len(specs.classes)
+    pending = LinearFit("LogisticRegression", np.zeros((width, classes)), np.zeros(classes), False)
+    return LinearStart(design, pending, 0, "standardize", "", specs)
+
+
+def same_design(a: Optional[LinearStart], b: Optional[LinearStart]) -> bool:
+    """Whether two starts' linear parts are built alike (their designs equal)."""
+    return a is not None and b is not None and pickle.dumps(a.design) == pickle.dumps(b.design)
+
+
+def _fit_for(examples_dir: str, statistics_dir: str, columns, settings,
+             on_design: Optional[Callable] = None) -> Optional[LinearStart]:
     """The classifier's linear start as the task's plan makes it (logic.py: plan_training, the
-    same statistics, specs and validation slice)."""
+    same statistics, specs and validation slice); `on_design(design, specs)` as soon as its
+    design is known."""
     from components.contracts.statistics import load_statistics
     from components.kinds import specs_from_statistics
     from components.train.settings import validation_slice
@@ -145,7 +166,8 @@ def _fit_for(examples_dir: str, statistics_dir: str, columns, settings) -> Optio
     stats = load_statistics(statistics_dir, names.TRAIN_SPLIT)
     specs = specs_from_statistics(stats, columns, s.task, s.max_vocabulary, s.hash_buckets)
     held_out = validation_slice(s, int(stats.num_examples))
-    return fit_linear_start(examples_dir, specs, stats, "standardize", "", specs, s.target_transform, held_out)
+    return fit_linear_start(examples_dir, specs, stats, "standardize", "", specs, s.target_transform, held_out,
+                            on_design=(lambda design: on_design(design, specs)) if on_design else None)
 
 
 class FitBeside:
@@ -154,6 +176,20 @@ class FitBeside:
 
     def __init__(self, process: subprocess.Popen, home: str, started: float):
         self._process, self._home, self._started = process, home, started
+
+    def design_start(self, specs: FeatureSpecs) -> Optional[LinearStart]:
+        """The start's design as soon as the process has it (`design_start`: zero weights),
+        for the model to be built while the fit goes on; None when the process ends without
+        one, or had other specs (the caller then waits for `result`)."""
+        out = os.path.join(self._home, DESIGN_FILE)
+        while not os.path.exists(out) and self._process.poll() is None:
+            time.sleep(0.005)
+        try:
+            with open(out, "rb") as fh:
+                design, fitted_specs = pickle.load(fh)
+        except Exception:  # noqa: BLE001  (none sent, or unreadable: the model waits for the fit)
+            return None
+        return design_start(design, specs) if fitted_specs == specs else None
 
     def result(self, specs: FeatureSpecs):
         """(True, the start or None) when the process fitted it for these `specs`; raises its
@@ -203,7 +239,9 @@ def fitted_beside(examples_dir: str, columns, settings, launch: str = ""):
     itself: no linear start, a custom model, a tuning search, a regression (its target choice
     needs TensorFlow), examples without ingest's sample (their read needs it too), or a sample
     of fewer than `training.linear_start_process_rows` rows (the fit is then quicker than the
-    process's start). The process is stopped, and its files removed, when the block ends."""
+    process's start). The process sends the design first (FitBeside.design_start): the
+    task builds the model on it while the fit goes on. The process is stopped, and its files
+    removed, when the block ends."""
     import components
     from components.contracts.examples import ingest_statistics_dir, read_manifest
 
@@ -229,9 +267,13 @@ def fitted_beside(examples_dir: str, columns, settings, launch: str = ""):
         beside.close()
 
 
+DESIGN_FILE = "design.pkl"
+
+
 def main(home: str) -> int:
     """The process `fitted_beside` starts: reads `home`/request.json, writes
-    `home`/start.pkl: ("start", the LinearStart or None, seconds, peak RSS in kB), ("error", a
+    `home`/design.pkl (the design and the specs it is for) as soon as the design is known,
+    then `home`/start.pkl: ("start", the LinearStart or None, seconds, peak RSS in kB), ("error", a
     GpupipeError's text, 0, peak) or ("failed", why, 0, peak)."""
     import components
     from components.contracts.errors import GpupipeError
@@ -241,9 +283,15 @@ def main(home: str) -> int:
     started = time.monotonic()
     with open(os.path.join(home, "request.json"), encoding="utf-8") as fh:
         request = json.load(fh)
+
+    def send_design(design, specs) -> None:  # written whole, then renamed: the task never reads half of it
+        with open(os.path.join(home, DESIGN_FILE + ".tmp"), "wb") as fh:
+            pickle.dump((design, specs), fh)
+        os.replace(os.path.join(home, DESIGN_FILE + ".tmp"), os.path.join(home, DESIGN_FILE))
+
     try:
         start = _fit_for(request["examples"], request["statistics"], Columns.from_json(request["columns"]),
-                         TrainSettings.from_json(request["settings"]))
+                         TrainSettings.from_json(request["settings"]), on_design=send_design)
         result = ("start", start, time.monotonic() - started)
     except GpupipeError as err:
         result = ("error", str(err), 0.0)

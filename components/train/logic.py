@@ -259,16 +259,27 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     plan = plan_training(statistics_dir, columns, settings, phases)
     start, validation = None, None
     with_start = settings.linear_start and not settings.custom_model  # the model contains the linear model
-    from components.train.linear_start import read_beside, save_for_evaluate, with_linear_start
+    from components.train.linear_fit import same_design
+    from components.train.linear_start import initialise, read_beside, save_for_evaluate, with_linear_start
 
     # The validation slice's first pass runs in a thread from here until the model is built.
     with read_beside(plan, lambda: validation_input(examples_dir, plan)) if with_start else \
             contextlib.nullcontext() as validation:
+        model = None
         if with_start:
+            # the fit's process sends its design first: the model is built on it while the fit goes on
+            early = linear.design_start(plan.specs) if linear is not None else None
+            if early is not None:
+                model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate,
+                                      plan.steps_per_epoch, plan.target, early)
+                phases.mark(phase.MODEL_BESIDE if validation is not None else phase.MODEL)
             plan, start = with_linear_start(examples_dir, statistics_dir, plan, linear)
             phases.mark(phase.LINEAR_START)
-        model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate, plan.steps_per_epoch,
-                              plan.target, start)
+            if model is not None:
+                model = initialise(model, start) if same_design(start, early) else None
+        if model is None:
+            model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate,
+                                  plan.steps_per_epoch, plan.target, start)
     read_early = validation is not None
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         described = INPUT_DESCRIPTIONS[plan.cache] if settings.epochs > 1 else ONE_EPOCH_INPUT

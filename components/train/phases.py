@@ -11,7 +11,9 @@ adds up):
   vocabularies) and the regression target built from them;
 - linear start: the linear model fitted on the train split (training.linear_start): with
   ingest's sample, a classifier's in a process of its own started before TensorFlow's
-  import (components/train/linear_fit.py), and this phase is the wait for it;
+  import (components/train/linear_fit.py), and this phase is the wait for its weights
+  after the model was built on the design it sent first (this phase then comes after the
+  model's);
 - model and input: the model built and compiled, the input pipelines set up; with a
   memory-cached slice (classification), the validation slice's first pass runs in a thread
   from the linear start until the model is built ("model and input, the validation slice's

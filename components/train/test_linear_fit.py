@@ -30,7 +30,7 @@ def test_the_fit_beside_is_the_fit_in_the_task(tmp_path, penguin_examples, monke
     import dataclasses
 
     import components
-    from components.train.linear_fit import fit_linear_start, fitted_beside
+    from components.train.linear_fit import fit_linear_start, fitted_beside, same_design
 
     peak = tmp_path / "peak"
     monkeypatch.setenv(components.PEAK_RSS_ENV, str(peak))
@@ -39,8 +39,12 @@ def test_the_fit_beside_is_the_fit_in_the_task(tmp_path, penguin_examples, monke
     here = fit_linear_start(penguin_examples, specs, stats, "standardize", "", specs, "auto", 0)
     with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         assert beside is not None
+        early = beside.design_start(specs)  # sent before the fit: the model is built on it meanwhile
+        assert beside.design_start(dataclasses.replace(specs, label="other")) is None
         taken, start = beside.result(specs)
         other, why = beside.result(dataclasses.replace(specs, label="other"))
+    assert same_design(early, start) and same_design(early, here) and early.specs == specs
+    assert early.fit.coef.shape == start.fit.coef.shape and not early.fit.coef.any() and not early.fit.intercept.any()
     assert taken and start.fit_rows == here.fit_rows
     np.testing.assert_allclose(start.fit.coef, here.fit.coef, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(start.fit.intercept, here.fit.intercept, rtol=1e-6, atol=1e-9)
@@ -92,6 +96,7 @@ def test_a_process_that_dies_leaves_the_fit_to_the_task(penguin_examples):
     with fitted_beside(penguin_examples, PENGUIN_COLUMNS, penguin_settings(linear_start_process_rows=0)) as beside:
         home = beside._home
         beside._process.kill()
+        assert beside.design_start(_specs(penguin_examples)) is None  # no design sent: the model waits for the fit
         taken, why = beside.result(_specs(penguin_examples))
     assert not taken and "exited with" in why
     assert not os.path.exists(home) and beside._process.poll() is not None
