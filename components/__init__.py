@@ -24,24 +24,37 @@ PEAK_RSS_ENV = "GPUPIPE_PEAK_RSS_FILE"
 WORKERS_PEAK_RSS_SUFFIX = ".workers"
 
 
+# Imported by TensorFlow's own import and never used by what gpupipe does with it: hidden
+# while TensorFlow imports (import_tensorflow).
+TENSORFLOW_UNUSED_IMPORTS = ("googleapiclient", "pandas")
+
+
 def import_tensorflow() -> None:
-    """Imports TensorFlow (a task that trains or scores: train, evaluate) without the Google
-    API client. TensorFlow's GCE and TPU cluster resolvers import googleapiclient when it is
-    installed (tfx-bsl brings it), and its google.api_core reads every installed
-    distribution's metadata as it imports: 0.4-0.5 s of each such task's start on 2 cores
-    (docs/benchmarks.md, "The linear start beside TensorFlow's import"). gpupipe never uses
-    those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's import
-    alone: a later `import googleapiclient` imports it as usual."""
+    """Imports TensorFlow (a task that trains or scores: train, evaluate, push) without two
+    libraries its import brings and gpupipe never uses there (TENSORFLOW_UNUSED_IMPORTS):
+    - the Google API client: TensorFlow's GCE and TPU cluster resolvers import it when it is
+      installed (tfx-bsl brings it), and its google.api_core reads every installed
+      distribution's metadata as it imports: 0.4-0.5 s. gpupipe never uses those resolvers
+      (it gives TF_CONFIG).
+    - pandas: tf_keras' data adapter imports it to take DataFrames in `fit` and `predict`:
+      0.35-0.45 s. gpupipe feeds tf.data datasets; tf_keras then takes no DataFrame in
+      this process.
+    Each task's start on 2 cores (docs/benchmarks.md, "The linear start beside TensorFlow's
+    import" and "A task's start and exit"). They are hidden for TensorFlow's import alone:
+    a later `import pandas` imports it as usual. One already imported stays as it is."""
     import sys
 
-    if "tensorflow" in sys.modules or "googleapiclient" in sys.modules:
+    if "tensorflow" in sys.modules:
         return
-    sys.modules["googleapiclient"] = None  # an ImportError, which those resolvers expect
+    hidden = [name for name in TENSORFLOW_UNUSED_IMPORTS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # an ImportError, which the importing modules expect
     try:
         import tensorflow  # noqa: F401
     finally:
-        if "googleapiclient" in sys.modules and sys.modules["googleapiclient"] is None:
-            del sys.modules["googleapiclient"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def vm_hwm_kb():
