@@ -26,22 +26,19 @@ WORKERS_PEAK_RSS_SUFFIX = ".workers"
 
 # Imported by TensorFlow's own import and never used by what gpupipe does with it: hidden
 # while TensorFlow imports (import_tensorflow).
-TENSORFLOW_UNUSED_IMPORTS = ("googleapiclient", "pandas")
+TENSORFLOW_UNUSED_IMPORTS = ("googleapiclient",)
 
 
 def import_tensorflow() -> None:
-    """Imports TensorFlow (a task that trains or scores: train, evaluate, push) without two
-    libraries its import brings and gpupipe never uses there (TENSORFLOW_UNUSED_IMPORTS):
-    - the Google API client: TensorFlow's GCE and TPU cluster resolvers import it when it is
-      installed (tfx-bsl brings it), and its google.api_core reads every installed
-      distribution's metadata as it imports: 0.4-0.5 s. gpupipe never uses those resolvers
-      (it gives TF_CONFIG).
-    - pandas: tf_keras' data adapter imports it to take DataFrames in `fit` and `predict`:
-      0.35-0.45 s. gpupipe feeds tf.data datasets; tf_keras then takes no DataFrame in
-      this process.
-    Each task's start on 2 cores (docs/benchmarks.md, "The linear start beside TensorFlow's
-    import" and "A task's start and exit"). They are hidden for TensorFlow's import alone:
-    a later `import pandas` imports it as usual. One already imported stays as it is."""
+    """Imports TensorFlow (a task that trains or scores: train, evaluate, push) without the
+    Google API client (TENSORFLOW_UNUSED_IMPORTS). TensorFlow's GCE and TPU cluster resolvers
+    import it when it is installed (tfx-bsl brings it), and its google.api_core reads every
+    installed distribution's metadata as it imports: 0.4-0.5 s of each such task's start on
+    2 cores (docs/benchmarks.md, "The linear start beside TensorFlow's import"). gpupipe
+    never uses those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's
+    import alone: a later `import googleapiclient` imports it as usual. (pandas, which
+    tf_keras' data adapter imports, is not hidden: train's start scores and evaluate's
+    metrics import it later anyway, so hiding it only moved 0.4 s.)"""
     import sys
 
     if "tensorflow" in sys.modules:

@@ -32,12 +32,11 @@ def test_the_exit_code_and_a_failures_traceback_are_the_tasks():
 
 
 def test_tensorflow_imports_without_the_libraries_gpupipe_does_not_use_there():
-    """pandas and the Google API client are not imported with TensorFlow (0.35-0.45 s and
-    0.4-0.5 s of each train, evaluate and push task's start), and a later import of either
-    works as usual."""
+    """The Google API client is not imported with TensorFlow (0.4-0.5 s of each train,
+    evaluate and push task's start), and a later import of it works as usual."""
     code = ("import sys, components; components.import_tensorflow(); import tensorflow as tf; "
             "print(sorted(n for n in components.TENSORFLOW_UNUSED_IMPORTS if n in sys.modules)); "
-            "import pandas, googleapiclient; print(pandas.DataFrame({'a': [1]}).shape, tf.constant(2).numpy())")
+            "import googleapiclient.discovery; print(tf.constant(2).numpy())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines()[:2] == ["[]", "(1, 1) 2"], out.stdout
+    assert out.stdout.splitlines()[:2] == ["[]", "2"], out.stdout
