@@ -50,29 +50,25 @@ def test_the_untrained_model_is_the_linear_fit_also_for_missing_and_unseen_value
     assert len(set(found.argmax(1))) == len(specs.classes)
 
 
-@pytest.mark.parametrize("beside", [False, True], ids=["fitted-in-the-task", "fitted-beside-design-first"])
-def test_training_keeps_the_linear_start_when_no_epoch_beats_it(tmp_path, penguin_examples, penguin_validation,
-                                                                beside):
+def test_training_keeps_the_linear_start_when_no_epoch_beats_it(tmp_path, penguin_examples, penguin_validation):
     """A learning rate that wrecks the weights in the first epoch: the validation slice's best
-    is the start, so the exported model is the linear fit (best_epoch 0). The same when the
-    fit runs in a process of its own (linear_fit.py: fitted_beside), which sends its design
-    first: the model is built on it, then takes the fit's weights."""
-    import contextlib
-
+    is the start, so the exported model is the linear fit (best_epoch 0). The fit runs in a
+    process of its own (linear_fit.py: fitted_beside), which sends its design first: the
+    model is built on it, then takes the fit's weights (a task that fits it itself: the
+    penguins' runs, tests/test_e2e.py, whose sample is below linear_start_process_rows)."""
     from components.train.linear_fit import fitted_beside
     from components.train.logic import train_model
     from conftest import PENGUIN_COLUMNS, penguin_settings
 
     settings = penguin_settings(epochs=30, learning_rate=50.0, validation_percent=25,
                                 early_stopping={"patience": 2}, linear_start_process_rows=0)
-    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, settings) if beside else contextlib.nullcontext() as linear:
+    with fitted_beside(penguin_examples, PENGUIN_COLUMNS, settings) as linear:
         report = train_model(penguin_examples, penguin_validation["statistics"], str(tmp_path / "m"),
                              PENGUIN_COLUMNS, settings, linear=linear)
     phases = [p["name"] for p in report["phases"]]
-    assert phases.index("linear start") < phases.index("epoch 1")
-    if beside:  # the model was built before the wait for the fit's weights
-        assert phases.index("model and input, the validation slice's first read beside them") < phases.index(
-            "linear start")
+    # the model was built before the wait for the fit's weights
+    assert phases.index("model and input, the validation slice's first read beside them") < phases.index(
+        "linear start") < phases.index("epoch 1")
     assert report["linear_start"].startswith("LogisticRegression on ")
     assert report["best_epoch"] == 0 and report["epochs_run"] == 2, report["history"]
     assert report["start_validation_value"] - report["start_margin"] < min(report["history"]["val_loss"])
