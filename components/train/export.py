@@ -3,7 +3,6 @@ serialized tf.Example, both answering in the label's units; the feature specs be
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import components  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
@@ -90,55 +89,24 @@ class ServingModule(tf.Module):
                               kind.decode_batch(f, tf.expand_dims(features[f.name], -1)) for kind, f in self._features.value})
 
 
-class TracedExport:
-    """A ServingModule and its signatures traced before the model is trained (`traced_export`):
-    the signatures read the model's variables when called and saved, so the weights training
-    leaves are the ones exported; tracing them early takes it out of the export (0.3 s of
-    1.2-1.4 s for configs/ctr.yaml's 43 lookup tables), where the task has a core to spare
-    (logic.py: while the validation slice's first read finishes)."""
-
-    def __init__(self, model: tf_keras.Model, specs: FeatureSpecs, target: str, smearing: float):
-        self.model, self.specs, self.target, self.smearing = model, specs, target, smearing
-        self.module = ServingModule(model, specs, target, smearing)
-        self.signatures = self.module.signatures()
-
-    def fits(self, model: tf_keras.Model, specs: FeatureSpecs, target: str, smearing: float) -> bool:
-        return (model is self.model and specs == self.specs and target == self.target
-                and float(smearing) == self.smearing)
-
-
-def traced_export(model: tf_keras.Model, specs: FeatureSpecs, target: str = STANDARDIZE) -> TracedExport:
-    """The export's signatures traced now, for a model that trains afterwards (its smearing
-    factor, a log target's, is known after training only: 1.0 here, and a log target's export
-    traces again)."""
-    return TracedExport(model, specs, target, 1.0)
-
-
 def export_saved_model(model: tf_keras.Model, specs: FeatureSpecs, export_dir: str,
-                       target: str = STANDARDIZE, smearing: float = 1.0,
-                       traced: Optional[TracedExport] = None) -> None:
+                       target: str = STANDARDIZE, smearing: float = 1.0) -> None:
     """SavedModel with `serving_default` (raw features, one value per row: REST/JSON friendly;
     an image is its encoded bytes, {"b64": ...} in TF Serving's REST API), `serving_examples`
     (serialized tf.Example: TF Serving gRPC Predict) and, with image features,
     `serving_decoded` (images as [batch, height, width, channels] float pixels in 0-255); each
     returns a regression's prediction in the label's units (`target` log: the head's
-    log(1 + y) mapped back inside the signature, times Duan's `smearing` factor). `traced`:
-    the signatures traced before training (traced_export), taken when they are this model's,
-    specs, target and smearing."""
-    if traced is not None and traced.fits(model, specs, target, smearing):
-        module, signatures = traced.module, traced.signatures
-    else:
-        module = ServingModule(model, specs, target, smearing)
-        signatures = module.signatures()
-    tf.saved_model.save(module, export_dir, signatures=signatures)
+    log(1 + y) mapped back inside the signature, times Duan's `smearing` factor)."""
+    module = ServingModule(model, specs, target, smearing)
+    tf.saved_model.save(module, export_dir, signatures=module.signatures())
 
 
 def export_model(model, specs: FeatureSpecs, model_dir: str, chief: bool, target: str = "standardize",
-                 smearing: float = 1.0, traced: Optional[TracedExport] = None) -> None:
+                 smearing: float = 1.0) -> None:
     """Every worker takes part in the save (collective ops); only the chief's copy is kept,
     with the feature specs beside it."""
     path = model_dir if chief else os.path.join(model_dir + "-scratch", f"worker-{os.getpid()}")
-    export_saved_model(model, specs, path, target, smearing, traced)
+    export_saved_model(model, specs, path, target, smearing)
     if chief:
         write_feature_specs(specs, model_dir)
     else:

@@ -252,7 +252,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     fitted in a process of its own (linear_fit.py: fitted_beside), or None to fit it here."""
     from components.contracts.compat.tensorflow import graph_code_without_autograph
     from components.train.data import input_cache_directory, INPUT_DESCRIPTIONS, ONE_EPOCH_INPUT
-    from components.train.export import export_model, traced_export
+    from components.train.export import export_model
 
     phases = phases or Phases()
     graph_code_without_autograph()
@@ -280,9 +280,6 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
         if model is None:
             model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate,
                                   plan.steps_per_epoch, plan.target, start)
-        # while the slice's first read finishes (a core to spare), the export's signatures are traced
-        traced = traced_export(model, plan.specs, plan.target) if validation is not None and plan.target != "log" \
-            else None
     read_early = validation is not None
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         described = INPUT_DESCRIPTIONS[plan.cache] if settings.epochs > 1 else ONE_EPOCH_INPUT
@@ -301,7 +298,7 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
                 examples_pattern(examples_dir, names.TRAIN_SPLIT), plan.specs, plan.global_batch, shuffle=False,
                 seed=settings.seed, target=plan.target))
             phases.mark(phase.SMEARING)
-        export_model(model, plan.specs, model_dir, run.chief, plan.target, smearing, traced)
+        export_model(model, plan.specs, model_dir, run.chief, plan.target, smearing)
         if run.chief and start is not None:  # the baseline evaluate would fit: it takes this one
             save_for_evaluate(examples_dir, model_dir, start, plan.train_rows)
         if run.backup and run.chief:
