@@ -14,14 +14,20 @@ ROWS = 3000
 
 
 def _ingest(src: str, out: str, workers: int) -> list:
-    """The command of a task that ingests `src` with `workers` worker processes."""
-    code = ("import sys; from components.ingest.logic import ingest_data; "
+    """The command of a task that ingests `src` with `workers` worker processes; it prints
+    whether TFDV's statistics generators were imported when the workers were forked."""
+    code = ("import sys; import components.ingest.logic as L; "
             "from components.ingest.test_logic import data; "
-            "ingest_data(data(sys.argv[1]), sys.argv[2], workers=int(sys.argv[3]))")
+            "forking = L.Workers.__init__; "
+            "L.Workers.__init__ = lambda self, *a, **k: (print('forked after the imports:', "
+            "'tensorflow_data_validation.statistics.stats_impl' in sys.modules), forking(self, *a, **k))[1]; "
+            "L.ingest_data(data(sys.argv[1]), sys.argv[2], workers=int(sys.argv[3]))")
     return [sys.executable, "-c", code, src, out, str(workers)]
 
 
-def test_ingests_recorded_peak_rss_adds_its_workers(tmp_path, monkeypatch):
+def test_ingests_recorded_peak_rss_adds_its_workers(tmp_path, monkeypatch, capsys):
+    """The workers are forked once the step imported TensorFlow and TFDV (each imported them
+    itself before: 3 s of CPU a worker)."""
     from components.ingest.test_logic import HEADER, rows_text
 
     monkeypatch.setenv("PYTHONPATH", os.getcwd())
@@ -31,9 +37,10 @@ def test_ingests_recorded_peak_rss_adds_its_workers(tmp_path, monkeypatch):
     alone = stopping.take_peak_rss_mb()
     assert stopping.run_task(_ingest(str(src), str(tmp_path / "two"), 2)) == 0
     with_workers = stopping.take_peak_rss_mb()
+    assert "forked after the imports: True" in capsys.readouterr().out
     assert (tmp_path / "two" / "manifest.json").exists()
-    # Each worker is forked once TensorFlow and TFDV are imported, and holds them (more than
-    # 200 MB resident): the record adds two such processes to the step's own.
+    # Each worker is forked once TensorFlow and TFDV are imported, and holds their pages (more
+    # than 200 MB resident): the record adds two such processes to the step's own.
     assert alone > 200 and with_workers - alone > 2 * 200, (alone, with_workers)
     assert not [f for f in os.listdir("/tmp") if f.startswith("gpupipe-peak-rss-")  # nothing left behind
                 and f.endswith(".workers") and os.path.getmtime(os.path.join("/tmp", f)) > src.stat().st_mtime]

@@ -237,6 +237,19 @@ def input_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def import_for_workers(with_statistics: bool) -> None:
+    """What the workers use, imported once before they are forked: TensorFlow (the shards'
+    writer, the slice buckets) and TFDV's statistics generators, which this process needs
+    too (the statistics' merge). Each worker imported them itself before: 3 s of CPU each,
+    on the cores the step reads and writes on, and this process once more at the end (the
+    2M-row CSV: docs/benchmarks.md, "A task's exit, and what ingest's workers import")."""
+    import components
+
+    components.import_tensorflow()
+    if with_statistics:
+        from tensorflow_data_validation.statistics import stats_impl  # noqa: F401
+
+
 # Sources at least this large are ingested by worker processes, one per core
 # (parallel.py); smaller ones in this process (a fork costs more than it saves there).
 PARALLEL_MIN_BYTES = 32 << 20
@@ -267,6 +280,8 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                    with_blocks=with_blocks)
     if workers is None:
         workers = input_cores() if sum(f.size for f in files) >= PARALLEL_MIN_BYTES else 0
+    if workers > 1 and can_fork():
+        import_for_workers(with_statistics)
     workers = workers if workers > 1 and can_fork() else 1
     # Forked before this process reads a TFRecord source (TensorFlow's runtime then runs).
     pool = Workers(workers, lambda i: _Worker(i, workers, output_dir, settings, split_key, **outputs)) \
