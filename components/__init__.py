@@ -24,34 +24,26 @@ PEAK_RSS_ENV = "GPUPIPE_PEAK_RSS_FILE"
 WORKERS_PEAK_RSS_SUFFIX = ".workers"
 
 
-# Imported by TensorFlow's own import and never used by what gpupipe does with it: hidden
-# while TensorFlow imports (import_tensorflow).
-TENSORFLOW_UNUSED_IMPORTS = ("googleapiclient",)
-
-
 def import_tensorflow() -> None:
     """Imports TensorFlow (a task that trains or scores: train, evaluate, push) without the
-    Google API client (TENSORFLOW_UNUSED_IMPORTS). TensorFlow's GCE and TPU cluster resolvers
-    import it when it is installed (tfx-bsl brings it), and its google.api_core reads every
-    installed distribution's metadata as it imports: 0.4-0.5 s of each such task's start on
-    2 cores (docs/benchmarks.md, "The linear start beside TensorFlow's import"). gpupipe
-    never uses those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's
-    import alone: a later `import googleapiclient` imports it as usual. (pandas, which
-    tf_keras' data adapter imports, is not hidden: train's start scores and evaluate's
-    metrics import it later anyway, so hiding it only moved 0.4 s.)"""
+    Google API client. TensorFlow's GCE and TPU cluster resolvers import googleapiclient when
+    it is installed (tfx-bsl brings it), and its google.api_core reads every installed
+    distribution's metadata as it imports: 0.4-0.5 s of each such task's start on 2 cores
+    (docs/benchmarks.md, "The linear start beside TensorFlow's import"). gpupipe never uses
+    those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's import
+    alone: a later `import googleapiclient` imports it as usual. (pandas, which tf_keras'
+    data adapter imports, is not hidden: train's start scores and evaluate's metrics import
+    it later anyway, so hiding it moved 0.4 s and saved none.)"""
     import sys
 
-    if "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules or "googleapiclient" in sys.modules:
         return
-    hidden = [name for name in TENSORFLOW_UNUSED_IMPORTS if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # an ImportError, which the importing modules expect
+    sys.modules["googleapiclient"] = None  # an ImportError, which those resolvers expect
     try:
         import tensorflow  # noqa: F401
     finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
+        if "googleapiclient" in sys.modules and sys.modules["googleapiclient"] is None:
+            del sys.modules["googleapiclient"]
 
 
 def vm_hwm_kb():
@@ -111,8 +103,9 @@ def _no_final_collection() -> None:
     """At exit: gc.freeze(), so the interpreter's last garbage collection skips every object
     alive by then. After TensorFlow's import that collection walks its millions of objects:
     0.7-0.9 s of each such task's end on 2 cores, 0.1 s with this (docs/benchmarks.md, "A
-    task's exit"). The exit code, the other exit handlers and the modules' teardown are
-    unchanged; only cycles of objects still alive at exit are left to the process's end."""
+    task's exit, and what ingest's workers import"). The exit code, the other exit handlers
+    and the modules' teardown are unchanged; only cycles of objects still alive at exit are
+    left to the process's end."""
     import gc
 
     gc.freeze()

@@ -283,24 +283,24 @@ def main(home: str) -> int:
     started = time.monotonic()
     with open(os.path.join(home, "request.json"), encoding="utf-8") as fh:
         request = json.load(fh)
-
-    def send_design(design, specs) -> None:  # written whole, then renamed: the task never reads half of it
-        with open(os.path.join(home, DESIGN_FILE + ".tmp"), "wb") as fh:
-            pickle.dump((design, specs), fh)
-        os.replace(os.path.join(home, DESIGN_FILE + ".tmp"), os.path.join(home, DESIGN_FILE))
-
     try:
         start = _fit_for(request["examples"], request["statistics"], Columns.from_json(request["columns"]),
-                         TrainSettings.from_json(request["settings"]), on_design=send_design)
+                         TrainSettings.from_json(request["settings"]),
+                         on_design=lambda design, specs: _send(home, DESIGN_FILE, (design, specs)))
         result = ("start", start, time.monotonic() - started)
     except GpupipeError as err:
         result = ("error", str(err), 0.0)
     except Exception as err:  # noqa: BLE001  (the task fits it itself and reports what it finds)
         result = ("failed", f"{type(err).__name__}: {err}", 0.0)
-    with open(os.path.join(home, "start.pkl.tmp"), "wb") as fh:
-        pickle.dump((*result, components.vm_hwm_kb()), fh)
-    os.replace(os.path.join(home, "start.pkl.tmp"), os.path.join(home, "start.pkl"))
+    _send(home, "start.pkl", (*result, components.vm_hwm_kb()))
     return 0
+
+
+def _send(home: str, name: str, value) -> None:
+    """`value` pickled to `home`/`name`, written whole and then renamed: the task never reads half of it."""
+    with open(os.path.join(home, name + ".tmp"), "wb") as fh:
+        pickle.dump(value, fh)
+    os.replace(os.path.join(home, name + ".tmp"), os.path.join(home, name))
 
 
 if __name__ == "__main__":
