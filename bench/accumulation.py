@@ -31,7 +31,7 @@ def run_variant(examples: str, specs, train_rows: int, batch: int, k: int, epoch
     import tf_keras
 
     from components.contracts.names import CACHE_MEMORY
-    from components.train.logic import compile_model
+    from components.train.model import compile_model
     from components.contracts.compat.tensorflow import graph_code_without_autograph
     from components.train.data import make_dataset
     from components.train.runtime import choose_strategy

@@ -4,7 +4,7 @@ and what the end of `fit` pays, on a config's model and the synthetic click-thro
 In one process, on the train split of `synthetic:ctr?rows=--rows`, with the config's
 training settings (configs/ctr.yaml: the cross model over 13 numeric and 26 categorical
 features) and the trainer's own input (components.train.data.make_dataset) and model
-(components.train.logic.compile_model):
+(components.train.model.compile_model):
 
   ops           operations in the traced train step (what is traced and optimised)
   trace         tracing the train function on the training iterator (Python)
@@ -46,7 +46,7 @@ def main() -> None:
     from components.kinds import Columns, specs_from_statistics
     from components.contracts.names import CACHE_MEMORY, TRAIN_SPLIT
     from components.contracts.statistics import load_statistics
-    from components.train.logic import compile_model
+    from components.train.model import compile_model
     from components.contracts.compat.tensorflow import graph_code_without_autograph
     from components.train.data import make_dataset
     from components.train.runtime import choose_strategy

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
@@ -235,8 +235,7 @@ def resolve_local_path(path: str) -> str:
 def preflight(config: PipelineConfig, params: dict) -> None:
     """Fails fast, before any task starts, on a missing data file or a missing column."""
     data = config.data
-    source = params[P_DATA_SOURCE]
-    check_columns(source, data.label, data.features, data.split.key, data.format)
+    check_columns(params[P_DATA_SOURCE], data.label, data.features, data.split.key, data.format)
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -260,7 +259,6 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     from pipelines.warm import enabled, warm_tasks
 
     console = sys.stderr if console is None else console
-
     warm = enabled() if warm is None else warm
     from kfp import local
 
@@ -352,8 +350,7 @@ def run_local(config: PipelineConfig, runs_dir: str = "runs", overrides: Optiona
     if config.notify.webhook_url and not stopped:  # a stopped run has seconds to end in: no remote calls
         summary.notified = notify_outcome(config, summary)
     extra = {"terminated": {"signal": stopped.name, "step": stopped_at}} if stopped else {}
-    steps_record = {s.name: {"status": s.status, "seconds": s.seconds, "task_seconds": s.task_seconds,
-                             "peak_rss_mb": s.peak_rss_mb} for s in summary.steps}
+    steps_record = {s.name: {k: v for k, v in asdict(s).items() if k != "name"} for s in summary.steps}
     folder.finish(status, summary.render(), note=summary.stopped, steps=steps_record, **extra)
     summary.log_file = str(folder.log)
     return summary

@@ -73,7 +73,10 @@ def test_a_launcher_pod_deleted_five_minutes_in_ends_with_one_jobset_reattached_
         clock = FakeClock(kubelet_and_jobset)
         with_clock(monkeypatch, clock)
 
+        watching = threading.Event()  # the watch saw the run before its pod fails (a slow machine's first poll)
+
         def pod():  # the train task's pod, as Argo starts it for the run and again after a Retry
+            watching.wait(60)
             argo.start("train")
             stopping = ClockEvent(clock)
             attempts.append(stopping)
@@ -95,8 +98,8 @@ def test_a_launcher_pod_deleted_five_minutes_in_ends_with_one_jobset_reattached_
         kfp.state.on_retry = lambda _: (threads.append(threading.Thread(target=pod)), threads[-1].start())
         threads[0].start()
         lines = []
-        final = watch_run(connect(kfp.url), run_id, poll_seconds=0.02, timeout_seconds=120, report=lines.append,
-                          lost_pod_retries=3)
+        final = watch_run(connect(kfp.url), run_id, poll_seconds=0.02, timeout_seconds=120,
+                          report=lambda line: (lines.append(line), watching.set()), lost_pod_retries=3)
         for thread in threads:
             thread.join(timeout=60)
         out = capsys.readouterr().out

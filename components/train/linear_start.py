@@ -60,6 +60,24 @@ def with_linear_start(examples_dir: str, statistics_dir: str, plan, beside=None)
     return dataclasses.replace(plan, target=start.target, target_why=start.why, model_specs=start.specs), start
 
 
+def model_on_the_start(examples_dir: str, statistics_dir: str, plan, beside, build, phases, model_phase: str):
+    """(the plan, the model or None, the start): with the fit's process (`beside`), the
+    model is built (`build(plan, start)`) on the design that process sends first, while the
+    fit goes on, then takes the fit's weights; None when there is no such design or the fit
+    came out on another one (the caller then builds it on the start). Phases: `model_phase`
+    (the build), then LINEAR_START (the wait for the fit)."""
+    from components.train import phases as phase
+    from components.train.linear_fit import same_design
+
+    early = beside.design_start(plan.specs) if beside is not None else None
+    model = build(plan, early) if early is not None else None
+    if model is not None:
+        phases.mark(model_phase)
+    plan, start = with_linear_start(examples_dir, statistics_dir, plan, beside)
+    phases.mark(phase.LINEAR_START)
+    return plan, initialise(model, start) if model is not None and same_design(start, early) else None, start
+
+
 def save_for_evaluate(examples_dir: str, model_dir: str, start: Optional[LinearStart], train_rows: int) -> None:
     """A classifier's linear start beside the model (contracts/linear.py: write_linear_fit):
     read from these examples, label, features and rows, it is the baseline evaluate fits, and

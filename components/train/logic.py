@@ -38,38 +38,6 @@ from components.train.target import regression_target  # noqa: E402
 
 
 
-def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
-                  steps_per_epoch: int = 1, target: str = "standardize", start=None):
-    """The configured family (or the custom builder) under the strategy, compiled with the
-    task's loss and metric. Regression: the head learns the target standardised (its
-    Rescaling by `specs`' label mean and deviation); with `target` log, `specs` carries
-    log(1 + y)'s, the loss is on that scale and the rmse metric in the label's units."""
-    import tf_keras
-
-    from components.train.model import build_model, load_custom_builder
-    from components.train.optimizers import accumulate, build_optimizer_slots, learning_rate_schedule, make_optimizer
-    from components.train.target import LOG, LabelUnitsRMSE
-
-    k = settings.gradient_accumulation_steps
-    with strategy.scope():
-        builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
-        model = builder(specs, settings) if start is None else builder(specs, settings, start)
-        # The schedule counts optimizer steps: one per k training steps with accumulation.
-        learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
-                                               settings.epochs * steps_per_epoch // k)
-        if settings.task == "regression":
-            loss = tf_keras.losses.MeanSquaredError()
-            metrics = [LabelUnitsRMSE(LOG) if target == LOG else tf_keras.metrics.RootMeanSquaredError(name="rmse")]
-        else:
-            loss = tf_keras.losses.SparseCategoricalCrossentropy()
-            metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
-                      jit_compile=settings.xla)
-        accumulate(model, k)
-        build_optimizer_slots(model.optimizer, model.trainable_variables)
-    return model
-
-
 # Held-out rows the validation slice reads at most (about): its metric on 25,000 rows is within about 0.3% of the whole's.
 VALIDATION_ROWS = 25_000
 
@@ -259,27 +227,21 @@ def train_model(examples_dir: str, statistics_dir: str, model_dir: str, columns:
     plan = plan_training(statistics_dir, columns, settings, phases)
     start, validation = None, None
     with_start = settings.linear_start and not settings.custom_model  # the model contains the linear model
-    from components.train.linear_fit import same_design
-    from components.train.linear_start import initialise, read_beside, save_for_evaluate, with_linear_start
+    from components.train.linear_start import model_on_the_start, read_beside, save_for_evaluate
+    from components.train.model import compile_model
+
+    def build(p: Plan, on):  # the model compiled for plan `p`, on the linear start `on` (or None)
+        return compile_model(p.model_specs, settings, p.strategy, p.learning_rate, p.steps_per_epoch, p.target, on)
 
     # The validation slice's first pass runs in a thread from here until the model is built.
     with read_beside(plan, lambda: validation_input(examples_dir, plan)) if with_start else \
             contextlib.nullcontext() as validation:
         model = None
         if with_start:
-            # the fit's process sends its design first: the model is built on it while the fit goes on
-            early = linear.design_start(plan.specs) if linear is not None else None
-            if early is not None:
-                model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate,
-                                      plan.steps_per_epoch, plan.target, early)
-                phases.mark(phase.MODEL_BESIDE if validation is not None else phase.MODEL)
-            plan, start = with_linear_start(examples_dir, statistics_dir, plan, linear)
-            phases.mark(phase.LINEAR_START)
-            if model is not None:
-                model = initialise(model, start) if same_design(start, early) else None
+            plan, model, start = model_on_the_start(examples_dir, statistics_dir, plan, linear, build, phases,
+                                                    phase.MODEL_BESIDE if validation is not None else phase.MODEL)
         if model is None:
-            model = compile_model(plan.model_specs, settings, plan.strategy, plan.learning_rate,
-                                  plan.steps_per_epoch, plan.target, start)
+            model = build(plan, start)
     read_early = validation is not None
     with input_cache_directory(plan.cache, plan.scratch) as cache_dir:
         described = INPUT_DESCRIPTIONS[plan.cache] if settings.epochs > 1 else ONE_EPOCH_INPUT

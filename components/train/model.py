@@ -1,6 +1,7 @@
 """The tf_keras models: the table families (dnn, wide_deep, cross; the image families are
 vision.py's), the model `build_model` makes of the configured family (training.model) and
-a custom builder (training.custom_model). Preprocessing (imputation, normalisation,
+a custom builder (training.custom_model), and `compile_model`, that model compiled under
+the strategy with the task's loss, metric and optimizer. Preprocessing (imputation, normalisation,
 vocabularies, hashing) lives inside the model, so the exported graph takes raw feature
 values (components/train/export.py)."""
 from __future__ import annotations
@@ -91,3 +92,31 @@ def load_custom_builder(reference: str) -> Callable[..., tf_keras.Model]:
         raise GpupipeError(f"training.custom_model: '{module_name}' has no function '{function}'")
     return builder
 
+
+def compile_model(specs: FeatureSpecs, settings: TrainSettings, strategy, learning_rate: float,
+                  steps_per_epoch: int = 1, target: str = "standardize", start=None):
+    """The configured family (or the custom builder) under the strategy, compiled with the
+    task's loss and metric. Regression: the head learns the target standardised (its
+    Rescaling by `specs`' label mean and deviation); with `target` log, `specs` carries
+    log(1 + y)'s, the loss is on that scale and the rmse metric in the label's units."""
+    from components.train.optimizers import accumulate, build_optimizer_slots, learning_rate_schedule, make_optimizer
+    from components.train.target import LOG, LabelUnitsRMSE
+
+    k = settings.gradient_accumulation_steps
+    with strategy.scope():
+        builder = load_custom_builder(settings.custom_model) if settings.custom_model else build_model
+        model = builder(specs, settings) if start is None else builder(specs, settings, start)
+        # The schedule counts optimizer steps: one per k training steps with accumulation.
+        learning_rate = learning_rate_schedule(learning_rate, settings.lr_schedule,
+                                               settings.epochs * steps_per_epoch // k)
+        if settings.task == "regression":
+            loss = tf_keras.losses.MeanSquaredError()
+            metrics = [LabelUnitsRMSE(LOG) if target == LOG else tf_keras.metrics.RootMeanSquaredError(name="rmse")]
+        else:
+            loss = tf_keras.losses.SparseCategoricalCrossentropy()
+            metrics = [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        model.compile(optimizer=make_optimizer(settings.optimizer, learning_rate), loss=loss, metrics=metrics,
+                      jit_compile=settings.xla)
+        accumulate(model, k)
+        build_optimizer_slots(model.optimizer, model.trainable_variables)
+    return model

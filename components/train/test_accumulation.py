@@ -168,7 +168,7 @@ def test_the_schedule_counts_applied_updates(penguin_validation):
     the rate of step 5."""
     from components.kinds import Columns, specs_from_statistics
     from components.contracts.statistics import load_statistics
-    from components.train.logic import compile_model
+    from components.train.model import compile_model
     from conftest import penguin_settings
 
     specs = specs_from_statistics(load_statistics(penguin_validation["statistics"], "train"), Columns(label="species", numeric_features=["body_mass_g"], categorical_features=["island"]))
