@@ -45,7 +45,7 @@ def label_transform(specs: FeatureSpecs, target: str = STANDARDIZE):
 def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int,
                  repeat: bool = False, cache: str = names.CACHE_NONE, cache_dir: str = "",
                  shuffle_buffer: int = 10_000, validation_percent: int = 0, part: str = "all",
-                 target: str = STANDARDIZE, shard_share: float = 1.0) -> tf.data.Dataset:
+                 target: str = STANDARDIZE, shard_share: float = 1.0, max_rows: int = 0) -> tf.data.Dataset:
     """(features, target) batches from gzip TFRecord shards: parallel interleaved reads,
     shuffle, batch then one vectorised parse per batch, prefetch.
 
@@ -72,7 +72,9 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     `part`: "all" the examples, or with `validation_percent` > 0 the "train" rows or the
     "validation" slice of them (`in_validation_slice`: a hash of the serialized example,
     so the same rows every epoch and on every worker, the two parts disjoint). `shard_share`
-    < 1 reads that share of the shards only, spread evenly over them (`spread_shards`)."""
+    < 1 reads that share of the shards only, spread evenly over them (`spread_shards`);
+    `max_rows` > 0 (a dataset read once, or cached: the validation slice) keeps its first
+    rows, about that many (whole batches), before the cache, so the read stops there."""
     if part not in ("all", "train", "validation"):
         raise GpupipeError(f"input part: '{part}' is not all, train or validation")
     if cache not in names.INPUT_CACHES:
@@ -85,7 +87,7 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
     files = spread_shards(files, shard_share)
     if any(kind.per_example for kind, _ in specs.kinds()):
         return _decoded_dataset(files, specs, batch_size, shuffle, seed, repeat, cache, cache_dir, shuffle_buffer,
-                                validation_percent, part, target)
+                                validation_percent, part, target, max_rows)
     spec = parse_spec(specs, with_label=True)
     to_target = label_transform(specs, target)
     blocks = spread_shards(block_files(file_pattern), shard_share)
@@ -104,6 +106,8 @@ def make_dataset(file_pattern: str, specs: FeatureSpecs, batch_size: int, shuffl
         if repeat and cache == names.CACHE_NONE:
             ds = ds.repeat()
         batched = ds.batch(batch_size).map(parse, num_parallel_calls=input_parallelism())
+    if max_rows > 0:
+        batched = batched.take(math.ceil(max_rows / batch_size))
     if cache == names.CACHE_NONE:
         ds = batched
     else:
@@ -206,7 +210,7 @@ DECODED_SHUFFLE = 1024
 
 def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool, seed: int, repeat: bool,
                      cache: str, cache_dir: str, shuffle_buffer: int, validation_percent: int, part: str,
-                     target: str) -> tf.data.Dataset:
+                     target: str, max_rows: int = 0) -> tf.data.Dataset:
     """make_dataset for features a kind decodes one example at a time (images): records
     shuffled, each parsed and decoded in parallel (`decode_example`: resized to the spec),
     cached decoded in the first epoch (memory or local scratch), then reordered, augmented
@@ -232,6 +236,8 @@ def _decoded_dataset(files, specs: FeatureSpecs, batch_size: int, shuffle: bool,
         return features, y
 
     ds = _records(files, shuffle, seed, validation_percent, part)
+    if max_rows > 0:
+        ds = ds.take(max_rows)
     if shuffle:
         ds = ds.shuffle(min(shuffle_buffer, 4 * DECODED_SHUFFLE), seed=seed)
     ds = ds.map(decode, num_parallel_calls=parallel, deterministic=not shuffle)

@@ -123,7 +123,9 @@ def validation_input(examples_dir: str, plan: Plan):
     """The validation slice's batches (plan.held_out > 0): held-out train rows (never the eval
     split), kept in memory after its first pass when the held-out rows fit the memory budget;
     past VALIDATION_ROWS held-out rows, from the share of the shards that holds about that
-    many (spread over them; docs/benchmarks.md, "Scale")."""
+    many (spread over them; docs/benchmarks.md, "Scale"), and their first VALIDATION_ROWS
+    (about: whole batches), as the shards are the share's grain (2M rows in 10 shards: 2
+    shards, 40,246 held-out rows, without that bound)."""
     from components.train.data import make_dataset
 
     held_rows = plan.train_rows - plan.fit_rows
@@ -131,7 +133,8 @@ def validation_input(examples_dir: str, plan: Plan):
         examples_pattern(examples_dir, names.TRAIN_SPLIT), plan.specs, plan.global_batch, shuffle=False,
         seed=plan.settings.seed, cache=plan.validation_cache,
         validation_percent=plan.held_out, part="validation", target=plan.target,
-        shard_share=min(1.0, VALIDATION_ROWS / held_rows) if held_rows else 1.0)
+        shard_share=min(1.0, VALIDATION_ROWS / held_rows) if held_rows else 1.0,
+        max_rows=VALIDATION_ROWS if held_rows > VALIDATION_ROWS else 0)
 
 
 @dataclasses.dataclass

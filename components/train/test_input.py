@@ -129,6 +129,24 @@ def test_a_large_validation_slice_reads_a_spread_share_of_the_shards():
     assert spread_shards(files, 0.01, at_least=4) == ["shard-00000", "shard-00005", "shard-00010", "shard-00015"]
 
 
+@pytest.mark.parametrize("blocks", [True, False], ids=["column-blocks", "row-shards"])
+def test_a_bounded_validation_slice_keeps_its_first_rows_in_whole_batches_and_replays_them(
+        tmp_path, penguin_examples, specs, blocks):
+    """`max_rows` (the slice past VALIDATION_ROWS): the first rows of the read, whole batches,
+    before the memory cache: every pass gives the same rows, a subset of the whole slice's."""
+    source = penguin_examples
+    if not blocks:
+        source = str(tmp_path / "rows-only")
+        shutil.copytree(penguin_examples, source, ignore=shutil.ignore_patterns("blocks"))
+    pattern = examples_pattern(source, "train")
+    whole = rows_of(make_dataset(pattern, specs, 8, shuffle=False, seed=1, validation_percent=30, part="validation"))
+    bounded = make_dataset(pattern, specs, 8, shuffle=False, seed=1, validation_percent=30, part="validation",
+                           cache="memory", max_rows=20)
+    first, second = rows_of(bounded), rows_of(bounded)
+    assert sum(first.values()) == 24 < sum(whole.values())  # 20 rows: three batches of 8
+    assert first == second and all(whole[row] >= n for row, n in first.items())
+
+
 @pytest.mark.parametrize("part", ["train", "validation"])
 def test_column_blocks_give_the_rows_and_validation_slice_of_the_row_shards(tmp_path, penguin_examples, specs, part):
     """The input reads ingest's column blocks when they are there, and gets the same rows,
