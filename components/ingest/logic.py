@@ -280,9 +280,9 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                    with_blocks=with_blocks)
     if workers is None:
         workers = input_cores() if sum(f.size for f in files) >= PARALLEL_MIN_BYTES else 0
-    if workers > 1 and can_fork():
+    if workers > 1:
         import_for_workers(with_statistics)
-    workers = workers if workers > 1 and can_fork() else 1
+    workers = workers if workers > 1 and can_fork() else 1  # (the imports do not start TensorFlow's runtime)
     # Forked before this process reads a TFRecord source (TensorFlow's runtime then runs).
     pool = Workers(workers, lambda i: _Worker(i, workers, output_dir, settings, split_key, **outputs)) \
         if workers > 1 else None

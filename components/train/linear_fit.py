@@ -198,7 +198,7 @@ class FitBeside:
         from components.contracts.errors import GpupipeError
 
         code = self._process.wait()
-        out = os.path.join(self._home, "start.pkl")
+        out = os.path.join(self._home, START_FILE)
         if code != 0 or not os.path.exists(out):
             return False, f"its process exited with {code}"
         try:
@@ -267,7 +267,7 @@ def fitted_beside(examples_dir: str, columns, settings, launch: str = ""):
         beside.close()
 
 
-DESIGN_FILE = "design.pkl"
+DESIGN_FILE, START_FILE = "design.pkl", "start.pkl"  # what the process writes into its home, in that order
 
 
 def main(home: str) -> int:
@@ -292,7 +292,7 @@ def main(home: str) -> int:
         result = ("error", str(err), 0.0)
     except Exception as err:  # noqa: BLE001  (the task fits it itself and reports what it finds)
         result = ("failed", f"{type(err).__name__}: {err}", 0.0)
-    _send(home, "start.pkl", (*result, components.vm_hwm_kb()))
+    _send(home, START_FILE, (*result, components.vm_hwm_kb()))
     return 0
 
 
