@@ -27,7 +27,8 @@ from components.sources import readers
 
 SHARD_ROWS = 200_000
 # gzip level 1, chosen on measurement (bench/data.py, docs/benchmarks.md): ingest ran 33%
-# faster than at the default level 6, for shards 1.5x larger. Ingest is gzip-bound.
+# faster than at zlib's default level 6, for shards 1.5x larger. The in-process engine's
+# shards are deflated by ISA-L (contracts/tfrecord.py; its levels are 0-3), Beam's by zlib.
 GZIP_LEVEL = 1
 # The hash key is fixed, so splits never depend on the process or the machine.
 _HASH_KEY = "gpupipe-split-v1"

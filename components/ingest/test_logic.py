@@ -217,7 +217,11 @@ def test_rows_without_label_are_dropped_and_counted(tmp_path, make_csv):
 def test_shards_roll_over(tmp_path, make_csv):
     manifest = ingest_data(data(make_csv(HEADER + rows_text(100)), split={"eval_percent": 10}), str(tmp_path / "o"),
                            shard_rows=20)
-    assert manifest["shards"]["train"] == len(glob.glob(examples_pattern(str(tmp_path / "o"), "train"))) >= 4
+    shards = sorted(glob.glob(examples_pattern(str(tmp_path / "o"), "train")))
+    assert manifest["shards"]["train"] == len(shards) >= 4
+    sizes = [sum(1 for _ in tf.data.TFRecordDataset(f, compression_type="GZIP")) for f in shards]
+    assert sizes[:-1] == [20] * (len(shards) - 1) and 0 < sizes[-1] <= 20  # each full but the last
+    assert sum(sizes) == manifest["rows"]["train"]
     assert os.path.isfile(tmp_path / "o" / "manifest.json")
 
 
