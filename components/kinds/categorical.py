@@ -85,16 +85,11 @@ class CategoricalKind(StringColumn, FeatureKind):
         one table, its gradient and its optimizer update for every categorical feature."""
         import tf_keras
 
-        from components.kinds.layers import SharedTableRows
+        from components.kinds.layers import VocabularyRows
 
-        ids = []
-        for f in specs:
-            if f.hash_buckets:
-                ids.append(tf_keras.layers.Hashing(f.hash_buckets, name=f"{f.name}_hash")(inputs[f.name]))
-            else:
-                ids.append(tf_keras.layers.StringLookup(vocabulary=f.vocabulary, num_oov_indices=1,
-                                                        name=f"{f.name}_lookup")(inputs[f.name]))
-        rows = SharedTableRows(table_offsets(specs), name="categorical_rows")(ids)
+        rows = VocabularyRows([None if f.hash_buckets else f.vocabulary for f in specs],
+                              [f.hash_buckets for f in specs], table_offsets(specs),
+                              name="categorical_rows")([inputs[f.name] for f in specs])
         emb = tf_keras.layers.Embedding(table_rows(specs), options.embedding_dim, name="categorical_embeddings")(rows)
         return Encoded(dense=[tf_keras.layers.Flatten(name="categorical_flat")(emb)], extras={IDS: rows})
 

@@ -149,19 +149,20 @@ def linear_part(start: LinearStart, inputs) -> tf.Tensor:
         parts.append(LinearDesignNumeric([c.fill for c in start.design.numeric], [c.mean for c in start.design.numeric],
                                          [c.std for c in start.design.numeric], dtype="float32",
                                          name="linear_numeric")(x))
-    categorical = []
-    for c in start.design.categorical:  # each value's index in its block (0: any other), for a gather
-        vocabulary = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in c.values]
-        categorical.append(tf_keras.layers.StringLookup(vocabulary=vocabulary or None, num_oov_indices=1,
-                                                        output_mode="int", name=f"{c.name}_linear_index")(
-            inputs[c.name]))
+    from components.kinds.layers import VocabularyRows
     from components.train.linear_text import LinearLogits
 
     texts = [{"tokens": c.tokens, "idf": c.idf, "scale": c.scale, "ngrams": c.ngrams} for c in start.design.text]
     sizes = [len(c.values) + 1 for c in start.design.categorical]
     numeric_width = start.design.dense_width - sum(sizes)
+    if start.design.categorical:  # each value's kernel row (its block's first: any other value), for a gather
+        vocabularies = [[v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in c.values]
+                        for c in start.design.categorical]
+        offsets = [int(o) for o in numeric_width + np.cumsum([0] + sizes[:-1])]
+        parts.append(VocabularyRows(vocabularies, [0] * len(sizes), offsets, name="linear_rows")(
+            [inputs[c.name] for c in start.design.categorical]))
     return LinearLogits(numeric_width, sizes, texts, start.fit.coef.shape[1], dtype="float32", name=LINEAR_LAYER,
-                        trainable=False)(parts + categorical + [inputs[c.name] for c in start.design.text])
+                        trainable=False)(parts + [inputs[c.name] for c in start.design.text])
 
 
 def initialise(model: tf_keras.Model, start: LinearStart) -> tf_keras.Model:

@@ -36,14 +36,16 @@ def text_logits(values, lookup, idf, scale: float, ngrams: int, kernel):
 
 class LinearLogits(tf_keras.layers.Layer):
     """[the numeric block [batch, numeric_width] (when `numeric_width`: standardised values and
-    missing indicators), then each categorical feature's [batch, 1] index (0: any other value,
-    i + 1: the design's value i; its block `categories[k]` wide), then each text feature's
-    [batch, 1] strings] -> [batch, outputs]: the linear model's logits (or standardised
-    prediction). Its weights are the whole design's kernel [width, outputs] and bias
-    [outputs] (the numeric columns, each categorical block, each text block, in the design's
-    order), set from the fit and not trained. A categorical block is one gather of its
-    value's kernel row, never a one-hot [batch, values] tensor (measured on the ctr config at
-    2M rows with 1,000 values a feature: its one epoch took 65.2 s one-hot, 50.0 s gathered)."""
+    missing indicators), then (when `categories`) the categorical features' kernel rows
+    [batch, categorical features] (feature k's block is `categories[k]` wide: its first row
+    any other value, row i + 1 the design's value i; kinds.layers.VocabularyRows), then
+    each text feature's [batch, 1] strings] -> [batch, outputs]: the linear model's logits
+    (or standardised prediction). Its weights are the whole design's kernel [width, outputs]
+    and bias [outputs] (the numeric columns, each categorical block, each text block, in the
+    design's order), set from the fit and not trained. The categorical blocks are one gather
+    of their values' kernel rows, never a one-hot [batch, values] tensor (measured on the ctr
+    config at 2M rows with 1,000 values a feature: its one epoch took 65.2 s one-hot, 50.0 s
+    gathered)."""
 
     def __init__(self, numeric_width: int, categories: List[int], texts: List[dict], outputs: int, **kwargs):
         super().__init__(**kwargs)
@@ -65,11 +67,9 @@ class LinearLogits(tf_keras.layers.Layer):
         z = self.bias[None, :]
         if self.numeric_width:
             z = z + tf.matmul(tf.cast(inputs.pop(0), tf.float32), self.kernel[:self.numeric_width])
-        offset = self.numeric_width
-        for size in self.categories:  # rows of the whole kernel (a slice of it would not be quantized with it)
-            index = tf.reshape(tf.cast(inputs.pop(0), tf.int64), [-1])
-            z = z + tf.gather(self.kernel, index + offset)
-            offset += size
+        if self.categories:  # rows of the whole kernel (a slice of it would not be quantized with it)
+            z = z + tf.reduce_sum(tf.gather(self.kernel, tf.cast(inputs.pop(0), tf.int64)), axis=1)
+        offset = self.numeric_width + sum(self.categories)
         for t, lookup, values in zip(self.texts, self.lookups, inputs):
             size = len(t["tokens"])
             if size:
