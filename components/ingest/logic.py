@@ -197,7 +197,7 @@ class _Worker:
         """One batch (from the step's process, in Arrow's stream format: `to_stream`), the
         source's `first_row`-th row its first."""
         if not isinstance(batch, pa.RecordBatch):
-            batch = pa.ipc.open_stream(batch).read_next_batch()
+            batch = pa.ipc.open_stream(pa.py_buffer(batch)).read_next_batch()
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
