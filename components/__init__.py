@@ -24,7 +24,7 @@ PEAK_RSS_ENV = "GPUPIPE_PEAK_RSS_FILE"
 WORKERS_PEAK_RSS_SUFFIX = ".workers"
 
 
-def import_tensorflow() -> None:
+def import_tensorflow(keras: bool = True) -> None:
     """Imports TensorFlow (a task that trains or scores: train, evaluate, push) without the
     Google API client. TensorFlow's GCE and TPU cluster resolvers import googleapiclient when
     it is installed (tfx-bsl brings it), and its google.api_core reads every installed
@@ -33,17 +33,25 @@ def import_tensorflow() -> None:
     those resolvers (it gives TF_CONFIG). The client is hidden for TensorFlow's import
     alone: a later `import googleapiclient` imports it as usual. (pandas, which tf_keras'
     data adapter imports, is not hidden: train's start scores and evaluate's metrics import
-    it later anyway, so hiding it moved 0.4 s and saved none.)"""
+    it later anyway, so hiding it moved 0.4 s and saved none.)
+
+    `keras=False` (a task that builds no model: ingest) also leaves out tf_keras, which
+    TensorFlow's import loads for its optimizers' registration (an ImportError it expects):
+    0.45 s of tf_keras' applications and layers. A later `import tf_keras` loads it, the
+    registration with it."""
     import sys
 
     if "tensorflow" in sys.modules or "googleapiclient" in sys.modules:
         return
-    sys.modules["googleapiclient"] = None  # an ImportError, which those resolvers expect
+    hidden = ["googleapiclient"] + ([] if keras or "tf_keras" in sys.modules else ["tf_keras"])
+    for name in hidden:
+        sys.modules[name] = None  # an ImportError, which TensorFlow's import expects of both
     try:
         import tensorflow  # noqa: F401
     finally:
-        if "googleapiclient" in sys.modules and sys.modules["googleapiclient"] is None:
-            del sys.modules["googleapiclient"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def vm_hwm_kb():

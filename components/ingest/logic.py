@@ -260,7 +260,7 @@ def import_for_workers(with_statistics: bool) -> None:
     2M-row CSV: docs/benchmarks.md, "A task's exit, and what ingest's workers import")."""
     import components
 
-    components.import_tensorflow()
+    components.import_tensorflow(keras=False)  # (no model here)
     if with_statistics:
         from tensorflow_data_validation.statistics import stats_impl  # noqa: F401
 
