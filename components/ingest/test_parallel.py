@@ -19,8 +19,8 @@ class _Summing:
             raise ValueError(f"worker {self.index} refused {tag}")
         if fail == "exit":
             os._exit(3)
-        assert isinstance(payload, bytearray)
-        self.seen.append((tag, len(payload), bytes(payload[:4]), payload[-1] if payload else None))
+        data = memoryview(payload).tobytes()
+        self.seen.append((tag, len(data), data[:4], data[-1] if data else None))
 
     def finish(self):
         return {"index": self.index, "seen": self.seen}
