@@ -7,7 +7,7 @@ click-through table (13 numeric + 26 categorical columns, label).
               the first epoch (untimed) streams the shards and writes the parsed batches to
               local scratch; later epochs stream them back from disk
   streaming   the trainer's input over both budgets: every epoch streams the shards
-              (parallel interleaved gzip TFRecord reads of ingest's column blocks, one
+              (parallel interleaved TFRecord reads of ingest's column blocks, one
               parse per window of blocks, rows reordered in the window, rebatched,
               prefetch; components.train.data.make_dataset)
   naive       per-example parse, sequential reads, no prefetch

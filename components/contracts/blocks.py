@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional
 
-from components.contracts.examples import block_files, examples_pattern
+from components.contracts.examples import block_files, examples_pattern, records_compression
 
 _CYCLE = 8  # block shards read side by side
 
@@ -62,7 +62,7 @@ def readable_blocks(examples_dir: str, split: str, spec: dict) -> List[str]:
     files = block_files(examples_pattern(examples_dir, split))
     if not files:
         return []
-    first = next(iter(tf.data.TFRecordDataset(files[:1], compression_type="GZIP").take(1)), None)
+    first = next(iter(tf.data.TFRecordDataset(files[:1], compression_type=records_compression(files)).take(1)), None)
     if first is None:
         return []
     held = _kinds_in(first.numpy())
@@ -81,9 +81,9 @@ def read_blocks(files: List[str], spec: dict, rows: int, parallel: int):
 
     ragged = block_spec(spec)
     keys = list(ragged)
-    cycle = max(1, min(len(files), _CYCLE))
+    cycle, compression = max(1, min(len(files), _CYCLE)), records_compression(files)
     records = tf.data.Dataset.from_tensor_slices(files).interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=1 << 20),
         cycle_length=cycle, num_parallel_calls=min(cycle, parallel), deterministic=True)
 
     def parse(batch):

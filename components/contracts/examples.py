@@ -4,8 +4,9 @@
 `<dir>/statistics/stats.pb`, the TFDV statistics ingest computed while it held the rows
 (validate reuses them).
 
-Beside the shards, for the train input alone: `<dir>/blocks/{train,eval}/part-NNNNN.tfrecord.gz`,
-the same rows in column blocks (`encode_blocks`): one tf.train.Example holds up to
+Beside the shards, for the train input alone: `<dir>/blocks/{train,eval}/part-NNNNN.tfrecord`
+(TFRecord without compression: `block_shard_path`), the same rows in column blocks
+(`encode_blocks`): one tf.train.Example holds up to
 BLOCK_ROWS consecutive rows of a split, each feature a list of their values (a missing
 number NaN, a missing string empty: what the row-wise parse fills in), so one parse reads a
 block at a fraction of parsing its rows one Example each (docs/benchmarks.md, "Feeding the
@@ -164,17 +165,31 @@ def write_train_sample(examples_dir: str, parts: list, size: int = SAMPLE_ROWS) 
 
 
 def block_shard_path(examples_dir: str, split: str, index: int) -> str:
-    return storage.join(examples_dir, "blocks", split, f"part-{index:05d}.tfrecord.gz")
+    """A column-block shard: TFRecord without compression (`records_compression`). The feed
+    reads them every epoch, and inflating gzip was about a third of its CPU (1.0 of 3.0
+    core-µs a row of the click-through table) for 2.7x fewer bytes on disk
+    (docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table, uncompressed blocks")."""
+    return storage.join(examples_dir, "blocks", split, f"part-{index:05d}.tfrecord")
 
 
 def block_files(file_pattern: str) -> List[str]:
     """The column-block shards beside the row shards `file_pattern` names (an examples
-    artifact's `<dir>/<split>/part-*.tfrecord.gz`), sorted; [] when there are none."""
+    artifact's `<dir>/<split>/part-*.tfrecord.gz`), sorted; [] when there are none. (An
+    artifact written before the blocks were uncompressed has `.tfrecord.gz` blocks.)"""
     split_dir, _, name = file_pattern.rpartition("/")
     examples_dir, _, split = split_dir.rpartition("/")
     if name != "part-*.tfrecord.gz" or not examples_dir:
         return []
-    return sorted(e.uri for e in storage.glob(storage.join(examples_dir, "blocks", split, "part-*.tfrecord.gz")))
+    for pattern in ("part-*.tfrecord", "part-*.tfrecord.gz"):
+        found = sorted(e.uri for e in storage.glob(storage.join(examples_dir, "blocks", split, pattern)))
+        if found:
+            return found
+    return []
+
+
+def records_compression(files: List[str]) -> str:
+    """tf.data's compression_type for TFRecord files named like these: GZIP for `.gz`."""
+    return "GZIP" if files and files[0].endswith(".gz") else ""
 
 
 def encode_blocks(columns, buckets, rows: int = BLOCK_ROWS) -> list:

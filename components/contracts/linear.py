@@ -19,7 +19,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from components.contracts.examples import SAMPLE_ROWS, block_files, examples_pattern, split_files, spread_shards
+from components.contracts.examples import (SAMPLE_ROWS, block_files, examples_pattern, records_compression,
+                                           split_files, spread_shards)
 from components.contracts.linear_text import TextColumn, fit_text_column, text_block
 
 LINEAR_MAX_TRAIN_ROWS = SAMPLE_ROWS  # the train rows a linear model is fitted on: ingest's sample's size
@@ -129,8 +130,9 @@ def _read_blocks(files: List[str], spec: dict, stride: int, rows: int):
     if rows / len(files) < 4 * every * BLOCK_ROWS:
         return None
     ragged = {name: tf.io.RaggedFeature(feature.dtype) for name, feature in spec.items()}
+    compression = records_compression(picked)
     dataset = tf.data.Dataset.from_tensor_slices(picked).interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20).shard(every, 0),
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=1 << 20).shard(every, 0),
         cycle_length=parallel, num_parallel_calls=parallel)
     columns: Dict[str, List[np.ndarray]] = {name: [] for name in spec}
     try:

@@ -51,3 +51,11 @@ def test_a_corrupted_frame_is_refused_by_the_reader(tmp_path):
 def test_a_level_isal_does_not_have_is_refused(tmp_path):
     with pytest.raises(ValueError, match="gzip level 6: ISA-L takes 0 to 3"):
         GzipRecordWriter(str(tmp_path / "x.gz"), 6)
+
+
+def test_without_compression_the_frames_are_written_as_they_are(tmp_path):
+    path = str(tmp_path / "part.tfrecord")
+    with GzipRecordWriter(path, None) as w:
+        w.write_many(RECORDS)
+    assert open(path, "rb").read() == _tensorflow_frames(tmp_path, RECORDS)
+    assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == RECORDS

@@ -6,15 +6,17 @@ those 8 bytes, the data, the masked CRC-32C of the data), so tf.data's GZIP read
 tfx_bsl and Beam read it as before. What changes is the CPU a row: ingest's row shards of
 the click-through table cost 5.2 core-µs a row through TensorFlow's writer at zlib level 1,
 and about 2 here (the frames laid out with Arrow, ISA-L's deflate at level 1, which also
-gives the smaller file; docs/benchmarks.md, "Ingest's gzip by ISA-L"). ISA-L releases the
-GIL while it compresses, so a writer thread overlaps the next batch's encoding.
+gives the smaller file; docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table,
+uncompressed blocks"). ISA-L releases the GIL while it compresses, so a writer thread
+overlaps the next batch's encoding. Without compression (`level` None) the frames are
+written as they are: the column blocks (contracts/examples.py: block_shard_path).
 
 Levels are ISA-L's, 0 to 3 (0: the fastest, 3: the smallest; gzip level 1 is in between).
 """
 from __future__ import annotations
 
 import struct
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,18 @@ def masked_crc32c(values: Sequence[bytes]) -> np.ndarray:
 
     crcs = np.fromiter(map(google_crc32c.value, values), np.uint32, len(values))
     return (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + _MASK_DELTA).astype("<u4")
+
+
+class _Stored:
+    """The frames as they are (GzipRecordWriter without compression)."""
+
+    @staticmethod
+    def compress(data) -> bytes:
+        return data.to_pybytes()  # (GFile writes bytes)
+
+    @staticmethod
+    def flush() -> bytes:
+        return b""
 
 
 def _fixed_width(buffer: np.ndarray, width: int, rows: int) -> pa.Array:
@@ -64,17 +78,19 @@ def frame(records: Sequence[bytes]) -> pa.Buffer:
 
 class GzipRecordWriter:
     """Writes records to one gzip TFRecord file at `path` (a local path, or any scheme
-    tf.io.gfile opens) at ISA-L's `level`. Used as tf.io.TFRecordWriter is: `write` one
-    record, `write_many` a list (the fast path), `close`."""
+    tf.io.gfile opens) at ISA-L's `level`, or to a TFRecord file without compression when
+    `level` is None. Used as tf.io.TFRecordWriter is: `write` one record, `write_many` a
+    list (the fast path), `close`."""
 
-    def __init__(self, path: str, level: int = 1):
+    def __init__(self, path: str, level: Optional[int] = 1):
         import tensorflow as tf
         from isal import isal_zlib
 
-        if level not in ISAL_LEVELS:
+        if level is not None and level not in ISAL_LEVELS:
             raise ValueError(f"gzip level {level}: ISA-L takes {ISAL_LEVELS.start} to {ISAL_LEVELS.stop - 1}")
         self._file = tf.io.gfile.GFile(path, "wb")
-        self._deflate = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)  # a gzip header
+        self._deflate = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS) \
+            if level is not None else _Stored()  # (16 +: a gzip header)
 
     def write(self, record: bytes) -> None:
         self.write_many([record])

@@ -38,10 +38,10 @@ from components.sources import readers
 class _ShardWriter:
     """Writes gzip TFRecord shards of at most `shard_rows` rows into one split folder
     (`path_of(index)`: a shard's path), by ISA-L (contracts/tfrecord.py) at `compression_level`
-    (ISA-L's, 0-3). Records are written in a background thread (ISA-L releases the GIL while
+    (ISA-L's, 0-3; None: no compression). Records are written in a background thread (ISA-L releases the GIL while
     it compresses), so encoding the next batch overlaps with gzip of this one."""
 
-    def __init__(self, path_of, shard_rows: int, compression_level: int):
+    def __init__(self, path_of, shard_rows: int, compression_level: Optional[int]):
         import tensorflow as tf
 
         self._path_of = path_of
@@ -142,7 +142,7 @@ class _Outputs:
 
         self.writers = {split: _ShardWriter(paths(shard_path, split), shard_rows, compression_level)
                         for split in names.SPLITS}
-        self.block_writers = {split: _ShardWriter(paths(block_shard_path, split), shard_rows, compression_level)
+        self.block_writers = {split: _ShardWriter(paths(block_shard_path, split), shard_rows, None)  # (uncompressed)
                               for split in names.SPLITS} if with_blocks else {}
         self.sample = TrainSample(slice_buckets) if with_blocks else None
         self.statistics = {split: StatisticsAccumulator(statistics_options(settings))
@@ -347,8 +347,9 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
                   dropped_no_label=dropped_no_label, stats=stats,
                   stats_seconds=sum(p["stats_seconds"] for p in parts) + (
                       sum(acc.seconds for acc in merged.values()) if with_statistics else 0), cutoff=cutoff)
-    blocks = {"rows": BLOCK_ROWS, "shards": {split: sum(p["block_shards"][split] for p in parts)
-                                             for split in names.SPLITS}} if with_blocks else None
+    blocks = {"rows": BLOCK_ROWS, "compression": "none",
+              "shards": {split: sum(p["block_shards"][split] for p in parts) for split in names.SPLITS}} \
+        if with_blocks else None
     sample = write_train_sample(output_dir, [p["sample"] for p in parts]) if with_blocks else None
     return finish_ingest(output_dir, settings, tally, numeric_label=numeric_label,
                          compression_level=compression_level, blocks=blocks, sample=sample,

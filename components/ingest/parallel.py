@@ -9,7 +9,8 @@ round-robin (memory stays flat: at most QUEUED batches wait per worker) and hand
 they counted when the source is done. A batch's bytes go down a pipe as they are, read by
 the worker into one buffer: a multiprocessing queue pickled them into a copy, and the
 worker unpickled another, 1.0-1.4 core-µs a row of the click-through table's batches
-against 0.3-0.5 so (docs/benchmarks.md, "Ingest's gzip by ISA-L").
+against 0.3-0.5 so (docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table,
+uncompressed blocks").
 An error in a worker (a value a kind refuses) is raised again in the step, as the one line
 it is; the other workers are stopped, and nothing is half-written: the manifest is written
 last, by the step.

@@ -3,8 +3,9 @@ post-training quantization of the exported SavedModel's `serving_default` signat
 tf.lite.TFLiteConverter, written as `model.tflite` beside it, checked on rows of the train split.
 
 What converts (measured on TF 2.16.2 with the penguins and ctr models, docs/serving.md):
-- The models take raw strings and floats and look them up inside the graph (StringLookup,
-  Hashing, CategoryEncoding): DenseBincount and StringToHashBucketFast have no TFLite builtin,
+- The models take raw strings and floats and look them up inside the graph (one hash table
+  for the categorical vocabularies, Hashing, CategoryEncoding): DenseBincount and
+  StringToHashBucketFast have no TFLite builtin,
   so the converter needs SELECT_TF_OPS (the Flex delegate runs those few ops).
 - float16: the weights stored as float16 (`supported_types`), computed in float32.
 - int8: dynamic-range quantization (weights int8, activations quantized on the fly). Full-

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import BLOCK_ROWS, SLICE_FEATURE, block_files, spread_shards
+from components.contracts.examples import BLOCK_ROWS, SLICE_FEATURE, block_files, records_compression, spread_shards
 from components.kinds import FeatureSpecs, feature_statistics
 from components.train.target import LOG, STANDARDIZE
 
@@ -161,11 +161,11 @@ def _block_batches(files, spec, label: str, to_target, batch_size: int, shuffle:
     a shuffled order when `shuffle`), a window of them parsed at once (one parse_example for
     thousands of rows), the part of the split asked for kept (each row's slice bucket), the
     rows reordered within the window when `shuffle`, and rebatched to `batch_size`."""
-    parallel, cycle = input_parallelism(), min(len(files), 8)
+    parallel, cycle, compression = input_parallelism(), min(len(files), 8), records_compression(files)
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed)
-    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP", buffer_size=1 << 20),
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=1 << 20),
                        cycle_length=cycle, num_parallel_calls=min(cycle, parallel), deterministic=not shuffle)
     if shuffle:
         ds = ds.shuffle(max(2 * BLOCK_WINDOW, shuffle_buffer // BLOCK_ROWS), seed=seed)

@@ -161,3 +161,26 @@ def test_column_blocks_give_the_rows_and_validation_slice_of_the_row_shards(tmp_
     by_block = rows_of(make_dataset(with_blocks, specs, BATCH, shuffle=True, seed=1, validation_percent=30, part=part))
     by_row = rows_of(make_dataset(without, specs, BATCH, shuffle=True, seed=1, validation_percent=30, part=part))
     assert by_block == by_row and sum(by_row.values()) > 0
+
+
+def test_gzip_column_blocks_of_an_earlier_artifact_are_read_too(tmp_path, penguin_examples, specs):
+    """Blocks are written without compression (the feed reads them every epoch); an examples
+    artifact from before, whose blocks are `.tfrecord.gz`, gives the same rows."""
+    import glob
+    import gzip
+    import os
+
+    from components.contracts.examples import block_files
+
+    earlier = tmp_path / "earlier"
+    shutil.copytree(penguin_examples, earlier)
+    raw = glob.glob(str(earlier / "blocks" / "*" / "part-*.tfrecord"))
+    assert raw
+    for path in raw:
+        with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+            dst.write(src.read())
+        os.remove(path)
+    pattern = examples_pattern(str(earlier), "train")
+    assert block_files(pattern) and all(f.endswith(".tfrecord.gz") for f in block_files(pattern))
+    now = rows_of(make_dataset(examples_pattern(penguin_examples, "train"), specs, BATCH, shuffle=False, seed=1))
+    assert rows_of(make_dataset(pattern, specs, BATCH, shuffle=False, seed=1)) == now and sum(now.values()) > 0
