@@ -37,9 +37,10 @@ from components.sources import readers
 
 class _ShardWriter:
     """Writes gzip TFRecord shards of at most `shard_rows` rows into one split folder
-    (`path_of(index)`: a shard's path), by ISA-L (contracts/tfrecord.py) at `compression_level`
-    (ISA-L's, 0-3; None: no compression). Records are written in a background thread (ISA-L releases the GIL while
-    it compresses), so encoding the next batch overlaps with gzip of this one."""
+    (`path_of(index)`: a shard's path), by ISA-L (contracts/tfrecord.py) at
+    `compression_level` (ISA-L's, 0-3; None: no compression). Records are written in a
+    background thread (ISA-L releases the GIL while it compresses), so encoding the next
+    batch overlaps with gzip of this one."""
 
     def __init__(self, path_of, shard_rows: int, compression_level: Optional[int]):
         import tensorflow as tf

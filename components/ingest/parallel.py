@@ -69,7 +69,7 @@ class _Sender:
                 self._conn.send((memoryview(payload).nbytes, rest))
                 self._conn.send_bytes(payload)
             self._conn.send(None)
-        except BaseException as err:  # noqa: BLE001  (a worker gone: the step names it, Workers._check)
+        except BaseException as err:  # noqa: BLE001  (raised in the step: Workers._check)
             self.error = err
 
     def put(self, item, timeout: float) -> None:
@@ -77,10 +77,6 @@ class _Sender:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
-
-    @property
-    def done(self) -> bool:
-        return not self._thread.is_alive()
 
 
 class Workers:
@@ -122,7 +118,8 @@ class Workers:
         self._results[index] = value
 
     def _check(self) -> None:
-        """Raises a worker's error, or names a worker that died without one."""
+        """Raises a worker's error, names a worker that died without one, or raises what
+        stopped a sender."""
         try:
             while True:
                 self._take(0)
@@ -136,6 +133,9 @@ class Workers:
                     pass
                 if i not in self._results:
                     raise RuntimeError(f"ingest worker {i} exited with code {p.exitcode}")
+        for sender in self._senders:  # an item that could not be sent (its worker then waits for it)
+            if sender.error is not None:
+                raise sender.error
 
     def finish(self) -> List[object]:
         for sender in self._senders:

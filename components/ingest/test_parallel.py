@@ -62,3 +62,17 @@ def test_a_worker_that_dies_is_named():
             workers.finish()
     finally:
         workers.stop()
+
+
+def test_an_item_that_cannot_be_sent_is_raised_not_waited_on():
+    """What a sender cannot send (here a value that does not pickle) stops the step with its
+    error, instead of leaving the worker waiting and the step's submit blocked."""
+    workers = Workers(1, _Summing)
+    try:
+        with pytest.raises(Exception, match="pickle"):
+            workers.submit(b"z", lambda: None)  # a lambda does not pickle
+            for tag in range(6):
+                workers.submit(b"z", tag)
+            workers.finish()
+    finally:
+        workers.stop()
