@@ -231,23 +231,51 @@ def take_task_seconds() -> Optional[float]:
 
 class _Handler:
     """Raises Terminated at the first stop signal, after a SIGTERM to the running tasks' groups.
-    Python prints and drops an exception a signal handler raises inside an at-fork callback
-    (logging's, at every Popen), a __del__ or a weakref callback: `received` stays set for
-    `check()`, and the task it stopped ends, so the run cannot go on as if nothing came."""
+    Python drops an exception a signal handler raises inside an at-fork callback (logging's,
+    at every Popen), a __del__ or a weakref callback (an import's module lock has one) and
+    hands it to sys.unraisablehook, which prints it: `unraisable` takes it instead, prints
+    nothing, and a thread delivers the signal to the main thread again
+    (`_thread.interrupt_main`, every 10 ms) until it is raised where it propagates.
+    `received` stays set for `check()` too."""
 
     def __init__(self):
         self.received: Optional[int] = None
+        self.lost = False  # the Terminated raised was dropped (unraisable): raise it again
         self.handled = False  # a caller caught the Terminated (handled())
+        self._in_hook = False
+        self._redeliver: Optional[threading.Thread] = None
 
     def __call__(self, signum, _frame) -> None:
-        if self.received is not None:  # the first one is being handled: let its cleanup finish
-            return
-        self.received = signum
-        for pgid in list(_running):
-            with contextlib.suppress(OSError):
-                os.killpg(pgid, signal.SIGTERM)
-        raise Terminated(signum)
+        if self._in_hook or (self.received is not None and not self.lost):
+            return  # in the hook (raised there, it would be dropped and printed), or the first one's cleanup
+        if self.received is None:
+            self.received = signum
+            for pgid in list(_running):
+                with contextlib.suppress(OSError):
+                    os.killpg(pgid, signal.SIGTERM)
+        self.lost = False
+        raise Terminated(self.received)
 
+    def unraisable(self, unraisable, previous: Callable) -> None:
+        """sys.unraisablehook's, while the handler is installed."""
+        if not isinstance(unraisable.exc_value, Terminated) or self.received is None:
+            previous(unraisable)
+            return
+        self._in_hook = True
+        try:
+            self.lost = True
+            if self._redeliver is None or not self._redeliver.is_alive():
+                self._redeliver = threading.Thread(target=self._deliver, daemon=True, name="gpupipe-redeliver")
+                self._redeliver.start()
+        finally:
+            self._in_hook = False
+
+    def _deliver(self) -> None:
+        import _thread
+
+        while self.lost:
+            _thread.interrupt_main(self.received)
+            time.sleep(0.01)
 
 _handler: Optional[_Handler] = None  # stop_signals' handler, while it is installed
 
@@ -275,9 +303,13 @@ def stop_signals() -> Iterator[_Handler]:
         return
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     outer, _handler = _handler, handler
+    hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(handler.unraisable, previous=hook)
     try:
         yield handler
     finally:
         _handler = outer
+        handler.lost = False  # (its redelivery stops)
+        sys.unraisablehook = hook
         for sig, old in previous.items():
             signal.signal(sig, old)
