@@ -234,8 +234,8 @@ class _Handler:
     Python drops an exception a signal handler raises inside an at-fork callback (logging's,
     at every Popen), a __del__ or a weakref callback (an import's module lock has one) and
     hands it to sys.unraisablehook, which prints it: `unraisable` takes it instead, prints
-    nothing, and a thread delivers the signal to the main thread again
-    (`_thread.interrupt_main`, every 10 ms) until it is raised where it propagates.
+    nothing, and a thread sends the signal to the main thread again (`signal.pthread_kill`,
+    every 10 ms) until it is raised where it propagates.
     `received` stays set for `check()` too."""
 
     def __init__(self):
@@ -271,11 +271,17 @@ class _Handler:
             self._in_hook = False
 
     def _deliver(self) -> None:
-        import _thread
-
+        main = threading.main_thread().ident
         while self.lost:
-            _thread.interrupt_main(self.received)
+            signal.pthread_kill(main, self.received)
             time.sleep(0.01)
+
+    def stop_delivering(self) -> None:
+        """Before the signals' previous handlers are put back (a signal sent after would get
+        the default action: the process's end)."""
+        self.lost = False
+        if self._redeliver is not None:
+            self._redeliver.join()
 
 _handler: Optional[_Handler] = None  # stop_signals' handler, while it is installed
 
@@ -309,7 +315,7 @@ def stop_signals() -> Iterator[_Handler]:
         yield handler
     finally:
         _handler = outer
-        handler.lost = False  # (its redelivery stops)
+        handler.stop_delivering()
         sys.unraisablehook = hook
         for sig, old in previous.items():
             signal.signal(sig, old)
