@@ -283,6 +283,7 @@ class _Handler:
         if self._redeliver is not None:
             self._redeliver.join()
 
+
 _handler: Optional[_Handler] = None  # stop_signals' handler, while it is installed
 
 

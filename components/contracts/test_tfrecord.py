@@ -5,7 +5,7 @@ import gzip
 import pytest
 import tensorflow as tf
 
-from components.contracts.tfrecord import GzipRecordWriter, frame
+from components.contracts.tfrecord import RecordWriter, frame
 
 RECORDS = [b"", b"x", bytes(range(256)) * 3, "ünïcode".encode(), b"\x00" * 70_000] + \
           [f"row {i}".encode() * (i % 13) for i in range(2_000)]
@@ -27,7 +27,7 @@ def test_frames_are_tensorflow_writers_bytes(tmp_path):
 @pytest.mark.parametrize("level", [0, 1, 3])
 def test_tf_data_reads_what_the_writer_wrote(tmp_path, level):
     path = str(tmp_path / "part.tfrecord.gz")
-    with GzipRecordWriter(path, level) as w:
+    with RecordWriter(path, level) as w:
         w.write_many(RECORDS[:1000])
         w.write(RECORDS[1000])
         w.write_many([])
@@ -50,12 +50,12 @@ def test_a_corrupted_frame_is_refused_by_the_reader(tmp_path):
 
 def test_a_level_isal_does_not_have_is_refused(tmp_path):
     with pytest.raises(ValueError, match="gzip level 6: ISA-L takes 0 to 3"):
-        GzipRecordWriter(str(tmp_path / "x.gz"), 6)
+        RecordWriter(str(tmp_path / "x.gz"), 6)
 
 
 def test_without_compression_the_frames_are_written_as_they_are(tmp_path):
     path = str(tmp_path / "part.tfrecord")
-    with GzipRecordWriter(path, None) as w:
+    with RecordWriter(path, None) as w:
         w.write_many(RECORDS)
     assert open(path, "rb").read() == _tensorflow_frames(tmp_path, RECORDS)
     assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == RECORDS

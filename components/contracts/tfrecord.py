@@ -38,7 +38,7 @@ def masked_crc32c(values: Sequence[bytes]) -> np.ndarray:
 
 
 class _Stored:
-    """The frames as they are (GzipRecordWriter without compression)."""
+    """The frames as they are (RecordWriter without compression)."""
 
     @staticmethod
     def compress(data) -> bytes:
@@ -76,10 +76,10 @@ def frame(records: Sequence[bytes]) -> pa.Buffer:
     return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
-class GzipRecordWriter:
-    """Writes records to one gzip TFRecord file at `path` (a local path, or any scheme
-    tf.io.gfile opens) at ISA-L's `level`, or to a TFRecord file without compression when
-    `level` is None. Used as tf.io.TFRecordWriter is: `write` one record, `write_many` a
+class RecordWriter:
+    """Writes records to one TFRecord file at `path` (a local path, or any scheme
+    tf.io.gfile opens): gzip at ISA-L's `level`, or without compression when `level` is
+    None. Used as tf.io.TFRecordWriter is: `write` one record, `write_many` a
     list (the fast path), `close`."""
 
     def __init__(self, path: str, level: Optional[int] = 1):

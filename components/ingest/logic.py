@@ -26,7 +26,7 @@ from components.contracts.errors import reports_errors
 from components.contracts.examples import (BLOCK_ROWS, TrainSample, block_shard_path, blockable, encode_blocks,
                                            shard_path, write_train_sample)
 from components.contracts.statistics import StatisticsAccumulator
-from components.contracts.tfrecord import GzipRecordWriter
+from components.contracts.tfrecord import RecordWriter
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
 from components.ingest.tables import (GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch,
@@ -98,7 +98,7 @@ class _ShardWriter:
     def _roll(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        self._writer = GzipRecordWriter(self._path_of(self.shards), self._level)
+        self._writer = RecordWriter(self._path_of(self.shards), self._level)
         self.shards += 1
         self._in_shard = 0
 
@@ -198,7 +198,7 @@ class _Worker:
         """One batch (from the step's process, in Arrow's stream format: `to_stream`), the
         source's `first_row`-th row its first."""
         if not isinstance(batch, pa.RecordBatch):
-            batch = pa.ipc.open_stream(pa.py_buffer(batch)).read_next_batch()
+            batch = pa.ipc.open_stream(batch).read_next_batch()
         s = self._settings
         _, prepared = prepare_batch(batch, s, source, s.split.eval_percent, self._split_key, cutoff)
         if prepared is not None:
