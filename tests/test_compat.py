@@ -181,6 +181,39 @@ def test_the_beam_sink_hook_is_still_there():
     assert "open" in vars(TFRecordSink.__mro__[1]) or hasattr(TFRecordSink, "open")
 
 
+def test_the_tfdv_length_counters_hook_is_still_there(monkeypatch):
+    """The top-k sketch generator still reads its sampling rate from that attribute: with the
+    random draw below TFDV's 0.01, its own generators walk a string column into Beam
+    counters and compat's do not; the statistics are the same."""
+    import apache_beam as beam
+    import numpy as np
+    import pyarrow as pa
+    import tensorflow_data_validation as tfdv
+    from tensorflow_data_validation.statistics import stats_impl
+
+    from components.contracts.compat.tfdv import in_memory_generators
+
+    counted = []
+    real_counter = beam.metrics.Metrics.counter
+    monkeypatch.setattr(beam.metrics.Metrics, "counter", lambda ns, name: counted.append(name) or real_counter(ns, name))
+    monkeypatch.setattr(np.random, "random", lambda: 0.005)
+    batch = pa.RecordBatch.from_arrays([pa.array([[b"a"], [b"bb"], None, [b"a"]]), pa.array([[1.0], None, [2.5], [3.0]],
+                                                                                               pa.list_(pa.float32()))],
+                                       ["c", "x"])
+    options = tfdv.StatsOptions()
+
+    def statistics(generators):
+        partial = stats_impl.generate_partial_statistics_in_memory(batch, options, generators)
+        return stats_impl.extract_statistics_output(partial, generators)
+
+    theirs = statistics(stats_impl.get_generators(options, in_memory=True))
+    assert any(name.startswith("binary_scalar_len_") for name in counted)
+    counted.clear()
+    ours = statistics(in_memory_generators(options))
+    assert not any(name.startswith("binary_scalar_len_") for name in counted), counted
+    assert ours == theirs and ours.datasets[0].num_examples == 4
+
+
 def test_the_keras_tuner_hook_is_still_there():
     import keras_tuner
 

@@ -24,9 +24,11 @@ class StatisticsAccumulator:
         import tensorflow_data_validation as tfdv
         from tensorflow_data_validation.statistics import stats_impl
 
+        from components.contracts.compat.tfdv import in_memory_generators
+
         self._impl = stats_impl
         self._options = options or tfdv.StatsOptions()
-        self._generators = stats_impl.get_generators(self._options, in_memory=True)
+        self._generators = in_memory_generators(self._options)  # (TFDV's, without its Beam-only counters)
         self._acc = None
         self._batches = 0
         self.seconds = 0.0  # time spent in TFDV

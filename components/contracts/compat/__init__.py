@@ -24,6 +24,8 @@ appears outside this package.
   dense apply of embedding gradients, `GradientAccumulation`), `create_optimizer_slots`,
   and `BackupAndRestore` with a public `backup_now` and an `after_backup` hook;
 - `compat.beam`: Beam's TFRecord sink class, for ingest's gzip-level sink;
+- `compat.tfdv`: TFDV's in-memory statistics generators without the top-k generator's byte-length
+  counters (Beam metrics, which nothing reads outside a pipeline: a Python loop over the values);
 - `compat.gcs`: google-cloud-storage's retry predicate, for the storage layer's counted retries;
 - `compat.keras_tuner`: an Oracle's state directory, without a Tuner;
 - here: `patched_attribute`, `patched_environ`: set a module attribute or environment
@@ -44,7 +46,8 @@ from components.contracts.compat.kfp import (kfp_local_subprocess_handler, kfp_l
 
 # The versions each workaround here was read and measured on (requirements-hashed.lock).
 MEASURED_ON = {"kfp": "2.13.0", "tensorflow": "2.16.2", "tf-keras": "2.16.0", "apache-beam": "2.61.0",
-               "keras-tuner": "1.4.7", "google-cloud-storage": "2.19.0"}
+               "keras-tuner": "1.4.7", "google-cloud-storage": "2.19.0",
+               "tensorflow-data-validation": "1.16.1"}
 
 
 @contextlib.contextmanager
