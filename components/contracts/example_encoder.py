@@ -141,11 +141,15 @@ def _varint_array(v: np.ndarray, lead: bytes = b"") -> pa.Array:
     return _binary(offsets, pa.py_buffer(matrix[used].tobytes()))
 
 
+# Below this many bytes of output, the arrays are joined as `binary` (32-bit offsets): Arrow's
+# join takes 1.43 core-µs a row of the click-through table so, against 1.76 as large_binary
+_BINARY_BELOW = 1 << 31
+
+
 def _split(joined: pa.Array) -> List[bytes]:
-    data = joined.buffers()[2].to_pybytes() if len(joined) else b""
-    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset:joined.offset + len(joined) + 1]
-    offsets = (offsets - offsets[0]).tolist()
-    return [data[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+    """Each value as a bytes object: Arrow's conversion to numpy makes them in C (0.1 core-µs a
+    row of the click-through table, against 0.64 slicing one bytes object in Python)."""
+    return joined.to_numpy(zero_copy_only=False).tolist()
 
 
 def encode(lists: pa.RecordBatch) -> List[bytes]:
@@ -159,7 +163,14 @@ def encode(lists: pa.RecordBatch) -> List[bytes]:
         arrays += parts
         body += size
     head = _varint_array(body, b"\x0a")  # Example: 0x0a varint(Features) Features
-    return _split(pc.binary_join_element_wise(head, *arrays, pa.scalar(b"", pa.large_binary())))
+    arrays = [head, *arrays]
+    kind = pa.large_binary()
+    if int(body.sum()) + len(head.buffers()[2]) < _BINARY_BELOW:
+        try:  # (a value array's offsets point into its column's buffer, which could be larger)
+            arrays, kind = [a.cast(pa.binary()) for a in arrays], pa.binary()
+        except pa.ArrowInvalid:
+            pass
+    return _split(pc.binary_join_element_wise(*arrays, pa.scalar(b"", kind)))
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:

@@ -348,9 +348,12 @@ def write(path, content):
     return str(path)
 
 
-def test_the_vectorised_encoder_parses_as_tfx_bsl_does():
+@pytest.mark.parametrize("joined_as", ["binary", "large_binary"])
+def test_the_vectorised_encoder_parses_as_tfx_bsl_does(joined_as, monkeypatch):
     """contracts.example_encoder against tfx_bsl's encoder: missing values, empty and
-    non-ASCII strings, strings long enough for two-byte lengths, a column missing in every row."""
+    non-ASCII strings, strings long enough for two-byte lengths, a column missing in every
+    row; the rows joined with 32-bit offsets (a batch's usual case) and 64-bit ones (a batch
+    of 2 GB or more)."""
     import numpy as np
     import pyarrow as pa
     from tfx_bsl.coders import example_coder
@@ -368,8 +371,10 @@ def test_the_vectorised_encoder_parses_as_tfx_bsl_does():
     ], ["label", "x", "s", "never", "raw"])
     lists = as_list_batch(batch)
     assert example_encoder.can_encode(lists)
+    if joined_as == "large_binary":
+        monkeypatch.setattr(example_encoder, "_BINARY_BELOW", 0)
     ours, theirs = example_encoder.encode(lists), example_coder.RecordBatchToExamples(lists)
-    assert len(ours) == n
+    assert len(ours) == n and isinstance(ours, list) and all(type(record) is bytes for record in ours)
     for a, b in zip(ours, theirs):
         assert tf.train.Example.FromString(a) == tf.train.Example.FromString(b)
     spec = {"label": tf.io.FixedLenFeature([1], tf.string), "x": tf.io.FixedLenFeature([1], tf.float32, [np.nan]),
