@@ -214,6 +214,25 @@ def test_the_tfdv_length_counters_hook_is_still_there(monkeypatch):
     assert ours == theirs and ours.datasets[0].num_examples == 4
 
 
+def test_the_google_version_check_hook_is_still_there():
+    """google.api_core's version check still names its package through
+    importlib.metadata.packages_distributions; import_statistics imports TFDV's statistics
+    with it answering nothing, and puts it back (in a new process: google.api_core not yet
+    imported there)."""
+    from google.api_core import _python_version_support
+
+    assert "metadata.packages_distributions()" in inspect.getsource(_python_version_support)
+    code = ("import importlib.metadata as m; real = m.packages_distributions\n"
+            "from components.contracts.compat.tfdv import import_statistics; import_statistics()\n"
+            "import sys; assert 'tensorflow_data_validation.statistics.stats_impl' in sys.modules\n"
+            "assert 'google.api_core' in sys.modules and m.packages_distributions is real\n"
+            "from google.api_core import _python_version_support as v\n"
+            "read = v._cached_packages_distributions.cache_info().misses  # (0 outside the warning's window)\n"
+            "assert not read or v._cached_packages_distributions() == {}; print('ok', read)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
+
+
 def test_the_keras_tuner_hook_is_still_there():
     import keras_tuner
 

@@ -263,7 +263,9 @@ def import_for_workers(with_statistics: bool) -> None:
 
     components.import_tensorflow(keras=False)  # (no model here)
     if with_statistics:
-        from tensorflow_data_validation.statistics import stats_impl  # noqa: F401
+        from components.contracts.compat.tfdv import import_statistics
+
+        import_statistics()
 
 
 # Sources at least this large are ingested by worker processes, one per core

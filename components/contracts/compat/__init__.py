@@ -25,7 +25,9 @@ appears outside this package.
   and `BackupAndRestore` with a public `backup_now` and an `after_backup` hook;
 - `compat.beam`: Beam's TFRecord sink class, for ingest's gzip-level sink;
 - `compat.tfdv`: TFDV's in-memory statistics generators without the top-k generator's byte-length
-  counters (Beam metrics, which nothing reads outside a pipeline: a Python loop over the values);
+  counters (Beam metrics, which nothing reads outside a pipeline: a Python loop over the values),
+  and TFDV's statistics imported without google.api_core's read of every distribution's metadata
+  (a Python-version warning's package name);
 - `compat.gcs`: google-cloud-storage's retry predicate, for the storage layer's counted retries;
 - `compat.keras_tuner`: an Oracle's state directory, without a Tuner;
 - here: `patched_attribute`, `patched_environ`: set a module attribute or environment
