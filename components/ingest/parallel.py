@@ -6,8 +6,8 @@ The workers are forked once the step's imports are done (as the warm server fork
 tasks) and only while TensorFlow's runtime has not started in this process (`can_fork`: a
 fork of a process whose runtime threads run can deadlock in the child); they take batches
 round-robin (memory stays flat: at most QUEUED batches wait per worker) and hand back what
-they counted when the source is done. A batch's bytes go down a pipe as they are, read by
-the worker into one buffer: a multiprocessing queue pickled them into a copy, and the
+they counted when the source is done. A batch's bytes go down a pipe (widened to 1 MiB) as
+they are, read by the worker into one buffer: a multiprocessing queue pickled them into a copy, and the
 worker unpickled another, 1.0-1.4 core-µs a row of the click-through table's batches
 against 0.3-0.5 so (docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table,
 uncompressed blocks").
@@ -53,6 +53,23 @@ def _serve(make_state: Callable, index: int, inbox, outbox) -> None:
             outbox.put((index, "error", RuntimeError(str(err))))
 
 
+# A pipe's buffer, where the system allows it (Linux's default and unprivileged maximum,
+# /proc/sys/fs/pipe-max-size: 1 MiB): 33 batches of 23 MB cost the two processes 1.5-1.6
+# CPU seconds through such a pipe, 2.5-2.7 through multiprocessing's default socket pair and
+# 3.1-3.4 through a 64 KiB pipe (docs/benchmarks.md, "TFDV's length counters, one Arrow array
+# of records").
+PIPE_BYTES = 1 << 20
+
+
+def _widen(conn) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or above the system's maximum: the default
+        pass
+
+
 class _Sender:
     """A worker's inbox: a bounded queue of items (at most QUEUED wait) and a thread that
     writes each down the pipe (the write releases the GIL); None ends the worker's input."""
@@ -90,7 +107,8 @@ class Workers:
         self._outbox = context.Queue()
         self._processes, conns = [], []
         for i in range(count):
-            mine, theirs = context.Pipe()
+            theirs, mine = context.Pipe(duplex=False)  # (the worker's read end, this process's write end)
+            _widen(mine)
             p = context.Process(target=_serve, args=(make_state, i, theirs, self._outbox), daemon=True,
                                 name=f"gpupipe-ingest-{i}")
             p.start()

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from components.ingest.parallel import Workers
+from components.ingest.parallel import PIPE_BYTES, Workers
 
 
 class _Summing:
@@ -40,6 +40,19 @@ def test_payloads_reach_the_workers_whole_round_robin():
     assert [(tag, size) for tag, size, _, _ in seen] == list(enumerate(sizes))
     assert all(first == bytes([tag]) * min(4, size) for tag, size, first, _ in seen if size)
     assert [tag for tag, *_ in results[0]["seen"]] == [0, 2, 4, 6]  # round-robin
+
+
+def test_the_pipes_are_widened():
+    """To 1 MiB: Linux's default maximum for a pipe (/proc/sys/fs/pipe-max-size)."""
+    import fcntl
+
+    workers = Workers(2, _Summing)
+    try:
+        sizes = [fcntl.fcntl(sender._conn.fileno(), fcntl.F_GETPIPE_SZ) for sender in workers._senders]
+        workers.finish()
+    finally:
+        workers.stop()
+    assert sizes == [PIPE_BYTES] * 2
 
 
 def test_an_error_in_a_worker_is_raised_in_the_step():
