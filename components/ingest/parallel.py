@@ -55,9 +55,8 @@ def _serve(make_state: Callable, index: int, inbox, outbox) -> None:
 
 # A pipe's buffer, where the system allows it (Linux's default and unprivileged maximum,
 # /proc/sys/fs/pipe-max-size: 1 MiB): 33 batches of 23 MB cost the two processes 1.5-1.6
-# CPU seconds through such a pipe, 2.5-2.7 through multiprocessing's default socket pair and
-# 3.1-3.4 through a 64 KiB pipe (docs/benchmarks.md, "TFDV's length counters, one Arrow array
-# of records").
+# CPU seconds through such a pipe, 2.4-2.6 through multiprocessing's default socket pair and
+# 3.1-3.4 through a 64 KiB pipe (docs/benchmarks.md, "Ingest's fifth round").
 PIPE_BYTES = 1 << 20
 
 

@@ -9,8 +9,8 @@ one time in a hundred (`_length_counter_sampling_rate`, 0.01, a constructor argu
 their byte lengths into Beam metrics counters. Outside a Beam pipeline (ingest's local
 engine feeds the generators itself: contracts/statistics.py) those counters go nowhere, and
 the walk cost about 1 core-µs a row of the click-through table's 26 string columns: 7% of an
-ingest worker's time (docs/benchmarks.md, "TFDV's length counters, one Arrow array of
-records"). The statistics do not change: the counters never reach them.
+ingest worker's time (docs/benchmarks.md, "Ingest's fifth round"). The statistics do not
+change: the counters never reach them.
 
 `import_statistics()`: imports TFDV's statistics (`stats_impl`) while
 `importlib.metadata.packages_distributions` answers an empty map. TFDV imports Beam, Beam
@@ -19,8 +19,8 @@ Google's deprecation window (Python 3.11 until its end of life, 2027-10) it name
 package in a FutureWarning, and to name it reads every installed distribution's metadata
 (`_python_version_support._get_pypi_package_name`, cached for the process). The warning
 then names the module (google.api_core) instead of the distribution: 0.2 s less of ingest's
-imports, which run on one core before its workers fork (docs/benchmarks.md, "TFDV's length
-counters, one Arrow array of records").
+imports, which run on one core before its workers fork (docs/benchmarks.md, "Ingest's
+fifth round").
 """
 from __future__ import annotations
 
