@@ -63,6 +63,31 @@ def test_the_counted_metrics_are_scikit_learns(classes):
                                   sk.confusion_matrix(y[known], pred[known], labels=labels))
 
 
+@pytest.mark.parametrize("classes", [2, 7, 300])
+def test_the_labels_go_to_scikit_learn_in_their_smallest_type_with_the_same_scores(classes):
+    """The class indices scikit-learn gets are int8 (int16 past 128 classes), so its label
+    checks sort bytes, not int64; AUC, PR-AUC, log loss and top-5 accuracy are scikit-learn's
+    on the int64 labels."""
+    from sklearn import metrics as sk
+
+    from components.evaluate.metrics import class_indices, classification_metrics
+
+    rng = np.random.default_rng(classes)
+    y = rng.integers(-1, classes, 4000)
+    assert class_indices(y, classes).dtype == (np.int16 if classes > 128 else np.int8)
+    np.testing.assert_array_equal(class_indices(y, classes), y)
+    p = rng.random((4000, classes))
+    p /= p.sum(axis=1, keepdims=True)
+    m, known = classification_metrics(y, p, [str(i) for i in range(classes)]), y >= 0
+    if classes == 2:
+        assert m["auc"] == sk.roc_auc_score(y[known], p[known, 1])
+        assert m["pr_auc"] == pytest.approx(sk.average_precision_score(y[known], p[known, 1]), abs=1e-12)
+        assert m["log_loss"] == sk.log_loss(y[known], p[known, 1], labels=[0, 1])
+    else:
+        assert m["log_loss"] == sk.log_loss(y[known], p[known], labels=list(range(classes)))
+        assert m["top_5_accuracy"] == sk.top_k_accuracy_score(y[known], p[known], k=5, labels=list(range(classes)))
+
+
 def test_binary_metrics_by_hand():
     y = np.array([0, 0, 1, 1])
     score = np.array([0.1, 0.4, 0.35, 0.8])
