@@ -47,11 +47,10 @@ def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str], log_los
     """`log_loss` False: left out (two classes: binary_metrics' is the one reported)."""
     pred = p.argmax(axis=1)
     known = y >= 0
-    labels = list(range(len(classes)))
+    labels, truth = list(range(len(classes))), class_indices(y[known], len(classes))
     metrics = {"accuracy": float(np.mean(y == pred)) if len(y) else float("nan")}
     if log_loss:
-        metrics["log_loss"] = float(sk.log_loss(class_indices(y[known], len(classes)), p[known], labels=labels)) \
-            if known.any() else float("nan")
+        metrics["log_loss"] = float(sk.log_loss(truth, p[known], labels=labels)) if known.any() else float("nan")
     # precision_recall_fscore_support's (zero_division=0), from the confusion matrix
     cm = confusion_matrix(y, pred, len(classes))
     hits, predicted, true = np.diag(cm), cm.sum(axis=0), cm.sum(axis=1)
@@ -61,8 +60,7 @@ def multiclass_metrics(y: np.ndarray, p: np.ndarray, classes: List[str], log_los
         metrics[f"precision/{c}"] = float(precision[i])
         metrics[f"recall/{c}"] = float(recall[i])
     if len(classes) > TOP_K and known.any():  # the true class among the K most probable
-        metrics[f"top_{TOP_K}_accuracy"] = float(sk.top_k_accuracy_score(class_indices(y[known], len(classes)), p[known],
-                                                                          k=TOP_K, labels=labels))
+        metrics[f"top_{TOP_K}_accuracy"] = float(sk.top_k_accuracy_score(truth, p[known], k=TOP_K, labels=labels))
     return metrics
 
 

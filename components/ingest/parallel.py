@@ -7,9 +7,9 @@ tasks) and only while TensorFlow's runtime has not started in this process (`can
 fork of a process whose runtime threads run can deadlock in the child); they take batches
 round-robin (memory stays flat: at most QUEUED batches wait per worker) and hand back what
 they counted when the source is done. A batch's bytes go down a pipe (widened to 1 MiB) as
-they are, read by the worker into one buffer: a multiprocessing queue pickled them into a copy, and the
-worker unpickled another, 1.0-1.4 core-µs a row of the click-through table's batches
-against 0.3-0.5 so (docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table,
+they are, read by the worker into one buffer: a multiprocessing queue pickled them into a
+copy, and the worker unpickled another, 1.0-1.4 core-µs a row of the click-through table's
+batches against 0.3-0.5 so (docs/benchmarks.md, "Ingest's gzip by ISA-L, one lookup table,
 uncompressed blocks").
 An error in a worker (a value a kind refuses) is raised again in the step, as the one line
 it is; the other workers are stopped, and nothing is half-written: the manifest is written
