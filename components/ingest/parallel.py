@@ -91,6 +91,15 @@ class _Sender:
     def put(self, item, timeout: float) -> None:
         self._items.put(item, timeout=timeout)
 
+    def end(self) -> None:
+        """Wakes a thread that waits for an item (a full queue's thread is writing, and a
+        write to a stopped worker fails): the step's error is then raised without waiting
+        for the join's timeout."""
+        try:
+            self._items.put_nowait(None)
+        except queue.Full:
+            pass
+
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
@@ -177,4 +186,5 @@ class Workers:
                 p.terminate()
             p.join()
         for sender in self._senders:  # (a write to a worker that is gone now fails)
+            sender.end()
             sender.join(5)

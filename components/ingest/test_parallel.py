@@ -67,6 +67,8 @@ def test_an_error_in_a_worker_is_raised_in_the_step():
 
 
 def test_a_worker_that_dies_is_named():
+    """And the stop ends every sender thread (one waiting for an item is woken, not left to
+    the join's timeout)."""
     workers = Workers(2, _Summing)
     try:
         with pytest.raises(RuntimeError, match="ingest worker 0 exited with code 3"):
@@ -75,6 +77,7 @@ def test_a_worker_that_dies_is_named():
             workers.finish()
     finally:
         workers.stop()
+    assert not any(sender._thread.is_alive() for sender in workers._senders)
 
 
 def test_an_item_that_cannot_be_sent_is_raised_not_waited_on():
