@@ -36,11 +36,11 @@ from components.sources import readers
 
 
 class _ShardWriter:
-    """Writes gzip TFRecord shards of at most `shard_rows` rows into one split folder
-    (`path_of(index)`: a shard's path), by ISA-L (contracts/tfrecord.py) at
-    `compression_level` (ISA-L's, 0-3; None: no compression). Records are written in a
-    background thread (ISA-L releases the GIL while it compresses), so encoding the next
-    batch overlaps with gzip of this one."""
+    """Writes TFRecord shards of at most `shard_rows` rows into one split folder
+    (`path_of(index)`: a shard's path), gzip by ISA-L (contracts/tfrecord.py) at
+    `compression_level` (ISA-L's, 0-3), or without compression (None: the column blocks).
+    Records are written in a background thread (ISA-L releases the GIL while it compresses),
+    so encoding the next batch overlaps with writing this one."""
 
     def __init__(self, path_of, shard_rows: int, compression_level: Optional[int]):
         import tensorflow as tf
