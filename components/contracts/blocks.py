@@ -2,7 +2,7 @@
 for a reader that wants whole columns: whether a split's blocks can give what a row-wise
 parse spec parses (`readable_blocks`), and the blocks as batches of columns, one flat
 tensor per feature, one value per row (`read_blocks`). Examples gpupipe did not write (data
-from elsewhere, the Beam engine's, images) have no blocks; the caller then reads the row
+from elsewhere, images) have no blocks; the caller then reads the row
 shards. Evaluate reads its eval split here; train's input has its own reader
 (components/train/data.py: _block_batches), which also shuffles and holds out rows."""
 from __future__ import annotations

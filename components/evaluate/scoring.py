@@ -5,7 +5,7 @@ baseline's columns), and scored on both cores: the model through its raw-feature
 baseline's weights applied inside the same parse (linear.py: linear_scores), so no row's
 columns are held after its batch. The eval split's column blocks are read when ingest wrote
 them (contracts/blocks.py: a block of 1,024 rows parsed at once); data without blocks
-(from elsewhere, the Beam engine's, images) and a model without a raw-features signature
+(from elsewhere, images) and a model without a raw-features signature
 are read from the row shards. The per-slice metrics come from group codes, not a metric
 call per value."""
 from __future__ import annotations

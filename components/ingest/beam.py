@@ -6,8 +6,13 @@ The job runs the in-process path's own code on each source file (components/sour
 readers, `tables.prepare_batch`: the same casts, missing values, inf check, hash split and
 tfx_bsl encoder), writes the same layout (`{train,eval}/part-NNNNN.tfrecord.gz`, gzip)
 with Beam's TFRecord sink, and computes the statistics in the same job with TFDV's
-`GenerateStatistics` on the same Arrow batches. The driver then applies the same checks
-on the whole table and writes the same manifest.json (`tables.finish_ingest`).
+`GenerateStatistics` on the same Arrow batches. Where the in-process engine writes them
+(`tables.writes_blocks`), the job writes the column blocks beside the shards
+(`blocks/{train,eval}/part-NNNNN.tfrecord`, the feed's input) and the train sample (the
+files' parts combined into one, `SmallestRows`; a row's position is its file's index and
+its row in the file, so a table of several files gives another uniform sample than the
+in-process engine's). The driver then applies the same checks on the whole table and
+writes the same manifest.json (`tables.finish_ingest`).
 
 Nothing half-written: the job writes into a staging location (`--temp_location` when
 given, else a directory beside the examples artifact); only when it succeeded and the
@@ -25,17 +30,20 @@ import tempfile
 import uuid
 from typing import List, Optional, Sequence
 
+import apache_beam as beam
 from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
 
 from components.contracts import names
 from components.contracts.compat.beam import TFRecordSink
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import examples_pattern, manifest_path
+from components.contracts.examples import (BLOCK_ROWS, SAMPLE_ROWS, TrainSample, block_files, encode_blocks,
+                                           examples_pattern, manifest_path, slice_buckets, smallest_rows,
+                                           write_train_sample)
 from components.contracts.storage import is_remote, schemes
 from components.ingest.settings import DataSettings
 from components.ingest.tables import (GZIP_LEVEL, Tally, column_types, finish_ingest, prepare_batch,
-                                      statistics_options, time_cutoff)
+                                      statistics_options, time_cutoff, to_stream, writes_blocks)
 from components.kinds import Columns
 from components.kinds.base import RowSource
 from components.sources import readers
@@ -49,24 +57,38 @@ def _tag(split: str) -> str:
     return split + _BATCHES
 
 
+def _blocks_tag(split: str) -> str:
+    return split + "_blocks"
+
+
+# A sampled row's position: its file's index in the high bits, its row in the file below
+# (no file's row count is known before it is read), so no two rows share one.
+_FILE_SHIFT = 40
+
+
 class ReadPrepareSplit:
     """The per-file work, as a DoFn's body: (index, SourceFile) -> per split, the tf.Example
-    records of each batch and its list-column batch (for statistics); then one summary of
-    the file, or the file's one-line error."""
+    records of each batch and its list-column batch (for statistics), and with `with_blocks`
+    its column blocks and the file's part of the train sample (contracts/examples.py, as the
+    in-process engine writes them); then one summary of the file, or the file's one-line
+    error."""
 
     def __init__(self, types, columns: Columns, na_values: Sequence[str], eval_percent: int,
-                 split_key: Optional[str], cutoff: Optional[int] = None):
+                 split_key: Optional[str], cutoff: Optional[int] = None, with_blocks: bool = False):
         self.types, self.columns, self.na_values = types, columns, list(na_values)
         self.eval_percent, self.split_key, self.cutoff = eval_percent, split_key, cutoff
+        self.with_blocks = with_blocks
 
     def __call__(self, item):
         from apache_beam import pvalue
 
         index, f = item
         rows = {split: 0 for split in names.SPLITS}
-        dropped = 0
+        dropped, read = 0, 0
+        sample = TrainSample(slice_buckets) if self.with_blocks else None
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
+                first_row, read = (index << _FILE_SHIFT) + read, read + batch.num_rows
                 lost, prepared = prepare_batch(batch, self.columns, RowSource(f.uri, f.format), self.eval_percent,
                                                self.split_key, self.cutoff)
                 dropped += lost
@@ -75,14 +97,49 @@ class ReadPrepareSplit:
                 for split, start, stop in prepared.ranges():
                     if stop > start:
                         rows[split] += stop - start
-                        yield pvalue.TaggedOutput(split, prepared.records[start:stop])
+                        records = prepared.records[start:stop]
+                        yield pvalue.TaggedOutput(split, records)
                         yield pvalue.TaggedOutput(_tag(split), prepared.lists.slice(start, stop - start))
+                        if self.with_blocks:
+                            columns = prepared.columns.slice(start, stop - start)
+                            yield pvalue.TaggedOutput(_blocks_tag(split),
+                                                      encode_blocks(columns, slice_buckets(records)))
+                            if split == names.TRAIN_SPLIT:
+                                sample.add(columns, records, first_row)
         except GpupipeError as err:
             yield pvalue.TaggedOutput("errors", json.dumps({"index": index, "error": str(err)}))
             return
+        part = sample.part() if sample is not None else None
+        if part is not None:
+            yield pvalue.TaggedOutput("sample", to_stream(part).to_pybytes())
         yield pvalue.TaggedOutput("files", json.dumps({"index": index, "uri": f.uri, "bytes": f.size,
                                                        "rows": sum(rows.values()), "split_rows": rows,
                                                        "dropped": dropped}))
+
+
+class SmallestRows(beam.CombineFn):
+    """The files' train sample parts merged into one (contracts/examples.py: smallest_rows):
+    at most `size` rows held at any step, whatever the number of files."""
+
+    def __init__(self, size: int = SAMPLE_ROWS):
+        super().__init__()
+        self.size = size
+
+    def _merged(self, parts) -> Optional[bytes]:
+        table = smallest_rows(list(parts), self.size)
+        return to_stream(table).to_pybytes() if table is not None else None
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, accumulator, part):
+        return self._merged([accumulator, part])
+
+    def merge_accumulators(self, accumulators):
+        return self._merged(accumulators)
+
+    def extract_output(self, accumulator):
+        return accumulator or b""
 
 
 def pipeline_options(pipeline_args: Sequence[str]):
@@ -185,7 +242,8 @@ def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPre
            | "Files" >> beam.Create(list(enumerate(files)))
            | "Spread" >> beam.Reshuffle()
            | "ReadPrepareSplit" >> beam.FlatMap(fn).with_outputs(
-               *names.SPLITS, *map(_tag, names.SPLITS), "files", "errors"))
+               *names.SPLITS, *map(_tag, names.SPLITS), *map(_blocks_tag, names.SPLITS), "sample", "files",
+               "errors"))
     job = staging.rstrip("/") + "/" + _JOB
     for split in names.SPLITS:
         prefix = staging.rstrip("/") + f"/{split}/part"
@@ -195,6 +253,17 @@ def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPre
         (out[_tag(split)]
          | f"Statistics{split}" >> tfdv.GenerateStatistics(statistics_options(fn.columns))
          | f"WriteStatistics{split}" >> tfdv.WriteStatisticsToBinaryFile(f"{job}/{split}.{names.STATS_FILE}"))
+        if fn.with_blocks:  # without compression, named as the in-process engine's (examples.block_shard_path)
+            (out[_blocks_tag(split)]
+             | f"Blocks{split}" >> beam.FlatMap(lambda blocks: blocks)
+             | f"WriteBlocks{split}" >> beam.io.WriteToTFRecord(
+                 staging.rstrip("/") + f"/blocks/{split}/part", file_name_suffix=".tfrecord",
+                 shard_name_template="-SSSSS", compression_type=CompressionTypes.UNCOMPRESSED))
+    if fn.with_blocks:
+        (out["sample"]
+         | "Sample" >> beam.CombineGlobally(SmallestRows())
+         | "WriteSample" >> beam.io.WriteToTFRecord(f"{job}/sample", shard_name_template="",
+                                                    compression_type=CompressionTypes.UNCOMPRESSED))
     for what in ("files", "errors"):
         out[what] | f"Write{what}" >> beam.io.WriteToText(f"{job}/{what}.jsonl", shard_name_template="")
 
@@ -204,6 +273,15 @@ def _json_lines(path: str) -> List[dict]:
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _records(path: str) -> List[bytes]:
+    """The records of a TFRecord file the job wrote without compression ([] when none)."""
+    if not os.path.exists(path):
+        return []
+    import tensorflow as tf
+
+    return [r.numpy() for r in tf.data.TFRecordDataset(path) if len(r.numpy())]
 
 
 def _read_stats(path: str, split: str):
@@ -287,7 +365,7 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
 
             FileSystems.set_options(pipeline.options)
         fn = ReadPrepareSplit(types, Columns.part_of(settings), settings.na_values, eval_percent, split_key,
-                              cutoff)
+                              cutoff, with_blocks=writes_blocks(settings, types, split_key))
         build_pipeline(pipeline, files, staging, fn)
         pipeline.run().wait_until_finish()
         if _remote(staging):
@@ -300,15 +378,19 @@ def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: 
         rows = {split: sum(s["split_rows"][split] for s in summaries) for split in names.SPLITS}
         stats = {split: _read_stats(os.path.join(job, f"{split}.{names.STATS_FILE}"), split)
                  for split in names.SPLITS if rows[split]}
-        shutil.rmtree(job)
         shards = {split: len(glob.glob(examples_pattern(local, split))) for split in names.SPLITS}
+        blocks = {"rows": BLOCK_ROWS, "compression": "none",
+                  "shards": {split: len(block_files(examples_pattern(local, split))) for split in names.SPLITS}} \
+            if fn.with_blocks else None
+        sample = write_train_sample(local, _records(os.path.join(job, "sample"))) if fn.with_blocks else None
+        shutil.rmtree(job)
         tally = Tally(files=files,
                       per_file=[{"uri": s["uri"], "bytes": s["bytes"], "rows": s["rows"]} for s in summaries],
                       rows=rows, shards=shards, dropped_no_label=sum(s["dropped"] for s in summaries), stats=stats,
                       cutoff=cutoff)
+        engine = {"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner", "pipeline_args": pipeline_args}
         manifest = finish_ingest(local, settings, tally, numeric_label=numeric_label, compression_level=GZIP_LEVEL,
-                                 engine={"name": "beam", "runner": runner_of(pipeline_args) or "DirectRunner",
-                                         "pipeline_args": pipeline_args})
+                                 engine=engine, blocks=blocks, sample=sample)
         _move_into(local, output_dir)
         return manifest
     finally:

@@ -23,14 +23,14 @@ import pyarrow as pa
 from components import record_workers_peak_rss, vm_hwm_kb
 from components.contracts import names
 from components.contracts.errors import reports_errors
-from components.contracts.examples import (BLOCK_ROWS, TrainSample, block_shard_path, blockable, encode_blocks,
-                                           shard_path, write_train_sample)
+from components.contracts.examples import (BLOCK_ROWS, TrainSample, block_shard_path, encode_blocks, shard_path,
+                                           slice_buckets, write_train_sample)
 from components.contracts.statistics import StatisticsAccumulator
 from components.contracts.tfrecord import RecordWriter
 from components.ingest.settings import DataSettings
 from components.kinds.base import RowSource
 from components.ingest.tables import (GZIP_LEVEL, SHARD_ROWS, Tally, column_types, finish_ingest, prepare_batch,
-                                      statistics_options, time_cutoff)
+                                      statistics_options, time_cutoff, to_stream, writes_blocks)
 from components.ingest.parallel import Workers, can_fork
 from components.sources import readers
 
@@ -107,16 +107,6 @@ class _ShardWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def slice_buckets(records: List[bytes]):
-    """Each row-wise record's validation-slice bucket, 0-99 (train/data.py: in_validation_slice's hash).
-    The records go in as one string tensor: a Python list is first checked element by
-    element for tensors to pack (about 0.4 core-µs a record of the click-through table,
-    against 0.2 in all this way)."""
-    import tensorflow as tf
-
-    return tf.strings.to_hash_bucket_fast(tf.constant(records, tf.string), 100).numpy()
 
 
 _POOLS: Dict[int, ThreadPoolExecutor] = {}
@@ -236,15 +226,6 @@ def _joined(batches: List[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 30)[0]
 
 
-def to_stream(batch: pa.RecordBatch) -> pa.Buffer:
-    """A batch in Arrow's stream format, for a worker process: about a third of pickling
-    it (pickle copies each buffer through Python)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue()
-
-
 def input_cores() -> int:
     """The cores this process may run on (its CPU affinity: a pod's cpuset, a taskset)."""
     try:
@@ -290,10 +271,7 @@ def ingest_data(settings: DataSettings, output_dir: str, *, numeric_label: bool 
     label, split_key = settings.label, settings.split.key
     files = readers.resolve(settings.source, settings.format)
     types = column_types(settings, numeric_label, split_key)
-    # The column blocks beside the row shards (contracts/examples.py), but not for a kind
-    # read one example at a time (an image's bytes would be written twice for nothing).
-    with_blocks = blockable([t for name, t in types.items() if name != split_key or name in settings.features]) \
-        and not any(kind.per_example for _, kind, _ in settings.declared())
+    with_blocks = writes_blocks(settings, types, split_key)
     outputs = dict(shard_rows=shard_rows, compression_level=compression_level, with_statistics=with_statistics,
                    with_blocks=with_blocks)
     if workers is None:

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from components.contracts import names
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import as_list_batch, encode_examples, ingest_statistics_path, manifest_path
+from components.contracts.examples import (as_list_batch, blockable, encode_examples, ingest_statistics_path,
+                                           manifest_path)
 from components.contracts.settings import safe_name
 from components.contracts.statistics import write_statistics
 from components.ingest.settings import DataSettings
@@ -166,6 +167,25 @@ class PreparedBatch:
     def ranges(self):
         """(split, first row, row after the last) for each split."""
         return ((names.EVAL_SPLIT, 0, self.eval_rows), (names.TRAIN_SPLIT, self.eval_rows, self.rows))
+
+
+def writes_blocks(settings: DataSettings, types: Dict[str, pa.DataType], split_key: Optional[str]) -> bool:
+    """Whether ingest writes the column blocks and the train sample beside the row shards
+    (contracts/examples.py; both engines): for columns the blocks can hold (`column_types`'
+    types, a split key that is not a feature left out), and not for a kind read one example
+    at a time (an image's bytes would be written twice for nothing)."""
+    return blockable([t for name, t in types.items() if name != split_key or name in settings.features]) \
+        and not any(kind.per_example for _, kind, _ in settings.declared())
+
+
+def to_stream(batch: Union[pa.RecordBatch, pa.Table]) -> pa.Buffer:
+    """A batch (or table) in Arrow's stream format, for another process (a worker's pipe, a
+    Beam job's elements): about a third of pickling it (pickle copies each buffer through
+    Python)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write(batch)
+    return sink.getvalue()
 
 
 def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, eval_percent: int,

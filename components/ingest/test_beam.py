@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from components.contracts.errors import GpupipeError
-from components.contracts.examples import examples_pattern
+from components.contracts.examples import SLICE_FEATURE, block_files, examples_pattern
 from components.contracts.statistics import read_statistics
 from components.ingest.beam import ingest_data_beam, staging_location
 from components.ingest.logic import ingest_data, pick_engine, run_ingest
@@ -101,13 +101,46 @@ def test_same_manifest_apart_from_the_engine(both):
     assert on_disk == beam
     assert beam.pop("engine") == {"name": "beam", "runner": "DirectRunner", "pipeline_args": MULTI_PROCESS}
     assert local.pop("engine") == {"name": "local", "workers": 1}
-    assert local.pop("blocks")["rows"] > 0  # the column blocks for the train input: the in-process engine's alone
+    # the column blocks for the train input, in shards of each engine's own count
+    on_beam, in_process = beam.pop("blocks"), local.pop("blocks")
+    assert on_beam.pop("shards")["train"] >= 1 and in_process.pop("shards")["train"] >= 1
+    assert on_beam == in_process == {"rows": 1024, "compression": "none"}
     # and the train sample (the linear start's rows): every train row of this small table
-    assert local.pop("sample") == {"file": "sample/train.parquet", "rows": local["rows"]["train"]}
+    assert beam.pop("sample") == local.pop("sample") == {"file": "sample/train.parquet", "rows": local["rows"]["train"]}
     beam.pop("shards"), local.pop("shards")
     assert beam.pop("statistics") == {"file": "statistics/stats.pb"}
     assert local.pop("statistics")["file"] == "statistics/stats.pb"
     assert beam == local  # files with their rows, dropped labels, split rule, types, fingerprint, gzip level
+
+
+def block_rows(examples_dir: str, split: str) -> set:
+    """(id, validation-slice bucket) of every row in a split's column blocks."""
+    files = block_files(examples_pattern(examples_dir, split))
+    assert files and all(f.endswith(".tfrecord") for f in files)  # uncompressed, as the feed reads them
+    rows = set()
+    for record in tf.data.TFRecordDataset(files):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        ids, buckets = feature["id"].bytes_list.value, feature[SLICE_FEATURE].int64_list.value
+        assert len(ids) == len(buckets) <= 1024
+        rows.update(zip(ids, buckets))
+    return rows
+
+
+def test_the_job_writes_the_column_blocks_and_the_train_sample_as_in_process(both):
+    """The feed's input from the Beam job: each split's rows in column blocks, each with the
+    bucket the train input's hash gives its row-wise record, as the in-process engine's;
+    and the train sample (every train row of this small table) the same table."""
+    import pyarrow.parquet as pq
+
+    beam, local = both["dirs"]["beam"], both["dirs"]["local"]
+    for split in ("train", "eval"):
+        rows = block_rows(beam, split)
+        assert len(rows) == both["local"]["rows"][split] and rows == block_rows(local, split)
+        written = tf.data.TFRecordDataset(sorted(glob.glob(examples_pattern(beam, split))), compression_type="GZIP")
+        hashed = [tf.strings.to_hash_bucket_fast(r, 100).numpy() for r in written]  # train/data.py's slice hash
+        assert sorted(b for _, b in rows) == sorted(int(b) for b in hashed)
+    sample = {d: pq.read_table(os.path.join(both["dirs"][d], "sample", "train.parquet")) for d in ("beam", "local")}
+    assert sample["beam"].num_rows == both["local"]["rows"]["train"] and sample["beam"].equals(sample["local"])
 
 
 def test_same_statistics_counts_exact_means_close(both):

@@ -498,7 +498,8 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
 
     from components.contracts.examples import (SLICE_FEATURE, TrainSample, row_priorities, sample_path,
                                                write_train_sample)
-    from components.ingest.logic import slice_buckets, to_stream
+    from components.contracts.examples import slice_buckets
+    from components.ingest.tables import to_stream
 
     rows = 5000
     columns = pa.RecordBatch.from_arrays([pa.array(np.arange(rows, dtype=np.float32))], ["x"])
