@@ -11,7 +11,8 @@ For each size, in a fresh process each (so peak RSS is that stage's own):
 and checks that the two statistics paths agree on counts and means (train split).
 
 With --beam-ingest-rows, ingest with its statistics on both engines over the same CSV cut
-into --parts files (Beam's unit of parallel work is a file):
+into --parts files (Beam's unit of parallel work is a file), and after each, train's input
+over its train split (a second pass; core-µs an example, examples/s; the column blocks or the rows):
   local-parts      data.engine local (components.ingest.logic.ingest_data, with statistics)
   beam-direct      data.engine beam (components.ingest.beam.ingest_data_beam) on the DirectRunner
                    in process
@@ -135,7 +136,33 @@ def ingest_engine(name: str, workdir: str, rows: int) -> dict:
 
         manifest = ingest_data_beam(settings, out)
     seconds = time.perf_counter() - started
-    return {"rows": sum(manifest["rows"].values()), "split_rows": manifest["rows"], "seconds": seconds}
+    return {"rows": sum(manifest["rows"].values()), "split_rows": manifest["rows"], "seconds": seconds,
+            **feed_cost(out)}
+
+
+def feed_cost(examples_dir: str) -> dict:
+    """The train input over an ingest's train split, as train reads it
+    (components.train.data.make_dataset: shuffled batches of 1,024, the column blocks when
+    the ingest wrote them, else one tf.Example a row): CPU core-µs an example (every thread
+    of this process) and examples/s, and which it read."""
+    from components.contracts.examples import block_files, examples_pattern
+    from components.kinds import Columns, specs_from_statistics
+    from components.sources import synthetic
+    from components.train.data import make_dataset
+    from components.validate.logic import ingest_statistics
+
+    stats = ingest_statistics(examples_dir)["train"].datasets[0]
+    columns = Columns(label=synthetic.LABEL, numeric_features=synthetic.NUMERIC,
+                      categorical_features=synthetic.CATEGORICAL)
+    specs = specs_from_statistics(stats, columns, task="binary", max_vocabulary=1000, hash_buckets=20000)
+    pattern = examples_pattern(examples_dir, "train")
+    for _ in range(2):  # the second pass timed: the first also traces the parse functions
+        started, cpu, examples = time.perf_counter(), time.process_time(), 0
+        for _, labels in make_dataset(pattern, specs, 1024, shuffle=True, seed=1):
+            examples += int(labels.shape[0])
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"feed_core_us": cpu / examples * 1e6, "feed_examples_per_s": examples / seconds,
+            "feed_reads": "blocks" if block_files(pattern) else "rows"}
 
 
 def run_stage(name: str, workdir: str, rows: int, level: int = 1) -> dict:
@@ -199,12 +226,17 @@ def main() -> None:
             runs = {name: run_stage(name, workdir, rows) for name in ENGINES}
             if len({json.dumps(r["split_rows"], sort_keys=True) for r in runs.values()}) != 1:
                 raise SystemExit(f"the engines disagree on the rows per split: {runs}")
-            line["engines"] = {name: {"rows_per_s": round(r["rows"] / r["seconds"]), "seconds": round(r["seconds"], 1)}
+            line["engines"] = {name: {"rows_per_s": round(r["rows"] / r["seconds"]), "seconds": round(r["seconds"], 1),
+                                      "feed_core_us": round(r["feed_core_us"], 2),
+                                      "feed_examples_per_s": round(r["feed_examples_per_s"]), "feed_reads": r["feed_reads"]}
                                for name, r in runs.items()}
             print(f"{'':>9}       ingest with statistics over {args.parts} files, same rows per split "
                   f"{runs['local-parts']['split_rows']}: " + "  ".join(
                       f"{name} {v['rows_per_s']:,} rows/s ({v['seconds']} s)" for name, v in line["engines"].items()),
                   flush=True)
+            print(f"{'':>9}       train's input over each one's train split: " + "  ".join(
+                f"{name} {v['feed_core_us']} core-µs an example, {v['feed_examples_per_s']:,} examples/s "
+                f"({v['feed_reads']})" for name, v in line["engines"].items()), flush=True)
         report["sizes"][rows] = line
     if len(sizes) > 1:
         small, large = report["sizes"][sizes[0]], report["sizes"][sizes[-1]]
