@@ -235,7 +235,6 @@ def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
     """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
     split, per-file summaries and errors, all under `staging`."""
-    import apache_beam as beam
     import tensorflow_data_validation as tfdv
 
     out = (p
@@ -342,11 +341,9 @@ def _move_into(local: str, output_dir: str) -> None:
 
 
 def ingest_data_beam(settings: DataSettings, output_dir: str, *, numeric_label: bool = False) -> dict:
-    """`logic.ingest_data`'s outputs (shards, statistics/stats.pb, manifest.json) from one
-    Beam job on the runner in `settings.beam_pipeline_args`; the same arguments. Returns
-    the manifest."""
-    import apache_beam as beam
-
+    """`logic.ingest_data`'s outputs (shards, the column blocks and train sample where it
+    writes them, statistics/stats.pb, manifest.json) from one Beam job on the runner in
+    `settings.beam_pipeline_args`; the same arguments. Returns the manifest."""
     label, split_key, eval_percent = settings.label, settings.split.key, settings.split.eval_percent
     pipeline_args = list(settings.beam_pipeline_args)
     runner_of(pipeline_args)
