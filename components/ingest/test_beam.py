@@ -143,6 +143,43 @@ def test_the_job_writes_the_column_blocks_and_the_train_sample_as_in_process(bot
     assert sample["beam"].num_rows == both["local"]["rows"]["train"] and sample["beam"].equals(sample["local"])
 
 
+def test_the_sample_combiner_keeps_the_rows_of_smallest_priority_however_the_parts_meet():
+    """SmallestRows (the job's combine of each file's sample part) with room for 300 rows, over
+    three files' parts of 2,000 rows: the 300 rows of smallest priority of all 6,000, in the
+    files' order, whichever parts its accumulators met first."""
+    import numpy as np
+    import pyarrow as pa
+
+    from components.contracts.examples import TrainSample, row_priorities, slice_buckets, smallest_rows
+    from components.ingest.beam import _FILE_SHIFT, SmallestRows
+    from components.ingest.tables import to_stream
+
+    rows, size = 2000, 300
+    parts = []
+    for k in range(3):
+        sample = TrainSample(slice_buckets, size=size)
+        columns = pa.RecordBatch.from_arrays([pa.array(np.arange(k * rows, (k + 1) * rows, dtype=np.float32))], ["x"])
+        for start in range(0, rows, 700):  # the file's batches
+            n = min(700, rows - start)
+            sample.add(columns.slice(start, n), [f"row {k * rows + start + i}".encode() for i in range(n)],
+                       (k << _FILE_SHIFT) + start)
+        parts.append(to_stream(sample.part()).to_pybytes())
+    positions = np.concatenate([(k << _FILE_SHIFT) + np.arange(rows) for k in range(3)]).astype(np.uint64)
+    expected = np.sort(np.argsort(row_priorities(positions))[:size]).astype(np.float32)  # x is the row's index
+
+    combine = SmallestRows(size)
+    one = combine.extract_output(
+        combine.merge_accumulators([combine.add_input(combine.create_accumulator(), parts[2]),
+                                    combine.add_input(combine.add_input(combine.create_accumulator(), parts[0]),
+                                                      parts[1])]))
+    other = combine.extract_output(combine.add_input(combine.add_input(combine.add_input(
+        combine.create_accumulator(), parts[1]), parts[2]), parts[0]))
+    for merged in (one, other):
+        table = smallest_rows([merged], size)
+        np.testing.assert_array_equal(table.column("x").to_numpy(), expected)
+    assert combine.extract_output(combine.create_accumulator()) == b""  # no train row in any file
+
+
 def test_same_statistics_counts_exact_means_close(both):
     local = {d.name: d for d in read_statistics(os.path.join(both["dirs"]["local"], "statistics/stats.pb")).datasets}
     beam = {d.name: d for d in read_statistics(os.path.join(both["dirs"]["beam"], "statistics/stats.pb")).datasets}
