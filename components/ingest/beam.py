@@ -280,7 +280,7 @@ def _records(path: str) -> List[bytes]:
         return []
     import tensorflow as tf
 
-    return [r.numpy() for r in tf.data.TFRecordDataset(path) if len(r.numpy())]
+    return [record for record in (r.numpy() for r in tf.data.TFRecordDataset(path)) if record]
 
 
 def _read_stats(path: str, split: str):
