@@ -109,20 +109,22 @@ class TrainSample:
         self._pending = 0
         self._threshold = np.iinfo(np.uint64).max
 
-    def add(self, columns, records: List[bytes], first_row: int) -> None:
-        """Train rows at positions `first_row`.. in the source: `columns` (a record batch, what
-        the blocks hold) and their row-wise `records`."""
+    def add(self, columns, records: List[bytes], positions) -> None:
+        """Train rows: `columns` (a record batch, what the blocks hold), their row-wise
+        `records`, and each one's position in the source (ints: its row as read, the rows
+        without a label and the other split's counted)."""
         import numpy as np
         import pyarrow as pa
 
-        priorities = row_priorities(np.arange(first_row, first_row + columns.num_rows))
+        positions = np.asarray(positions, np.int64)
+        priorities = row_priorities(positions)
         picked = np.flatnonzero(priorities < self._threshold)
         if not len(picked):
             return
         buckets = np.asarray(self._bucket_of([records[i] for i in picked]), np.int8)
         rows = columns.take(pa.array(picked))
         rows = pa.RecordBatch.from_arrays(
-            [*rows.columns, pa.array(buckets), pa.array(picked.astype(np.int64) + first_row)],
+            [*rows.columns, pa.array(buckets), pa.array(positions[picked])],
             [*rows.schema.names, SLICE_FEATURE, _ROW])
         self._parts.append((priorities[picked], rows))
         self._pending += len(picked)

@@ -105,7 +105,7 @@ class ReadPrepareSplit:
                             yield pvalue.TaggedOutput(_blocks_tag(split),
                                                       encode_blocks(columns, slice_buckets(records)))
                             if split == names.TRAIN_SPLIT:
-                                sample.add(columns, records, first_row)
+                                sample.add(columns, records, first_row + prepared.offsets[start:stop])
         except GpupipeError as err:
             yield pvalue.TaggedOutput("errors", json.dumps({"index": index, "error": str(err)}))
             return

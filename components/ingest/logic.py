@@ -141,7 +141,7 @@ class _Outputs:
 
     def add(self, prepared, first_row: int) -> None:
         """A prepared batch whose first row read was the source's `first_row`-th (the train
-        sample's positions: its train rows from there on)."""
+        sample's positions: that and each train row's offset in the batch)."""
         for split, start, stop in prepared.ranges():
             if start == stop:
                 continue
@@ -150,7 +150,8 @@ class _Outputs:
             if self.block_writers:
                 self.block_writers[split].write_blocks(prepared.columns.slice(start, stop - start), records)
             if self.sample is not None and split == names.TRAIN_SPLIT:
-                self.sample.add(prepared.columns.slice(start, stop - start), records, first_row)
+                self.sample.add(prepared.columns.slice(start, stop - start), records,
+                                first_row + prepared.offsets[start:stop])
             if self.statistics:
                 self.statistics[split].add(prepared.lists.slice(start, stop - start))
 

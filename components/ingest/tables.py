@@ -153,12 +153,15 @@ class PreparedBatch:
     """One read batch with a label in every row, its rows ordered by split (the eval rows
     first, each split's rows in the source's order): its list columns (what TFDV takes), its
     tf.Example records, the number of eval rows, and its scalar columns under their safe
-    names (what the column blocks hold: contracts.examples.encode_blocks)."""
+    names (what the column blocks hold: contracts.examples.encode_blocks), and each row's
+    place in the batch as it was read (`offsets`: the rows without a label counted; the
+    train sample's positions)."""
 
     lists: pa.RecordBatch
     records: List[bytes]
     eval_rows: int
     columns: Optional[pa.RecordBatch] = None
+    offsets: Optional[np.ndarray] = None
 
     @property
     def rows(self) -> int:
@@ -199,8 +202,11 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     through it."""
     features = columns.features
     dropped = batch.column(0).null_count
+    offsets = np.arange(batch.num_rows)
     if dropped:
-        batch = batch.filter(pc.is_valid(batch.column(0)))
+        labelled = pc.is_valid(batch.column(0))
+        offsets = np.flatnonzero(labelled.to_numpy(zero_copy_only=False))
+        batch = batch.filter(labelled)
     if batch.num_rows == 0:
         return dropped, None
     batch, derived = prepare_values(batch, columns, source)
@@ -217,6 +223,7 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     if 0 < eval_rows < len(is_eval):
         order = np.concatenate([np.flatnonzero(is_eval), np.flatnonzero(~is_eval)])
         batch = batch.take(pa.array(order))
+        offsets = offsets[order]
         if derived:
             derived = {name: column.take(pa.array(order)) for name, column in derived.items()}
     lists = as_list_batch(batch)
@@ -226,7 +233,7 @@ def prepare_batch(batch: pa.RecordBatch, columns: Columns, source: RowSource, ev
     if derived:  # for the statistics alone, beside the features
         extra = as_list_batch(pa.RecordBatch.from_arrays(list(derived.values()), [safe_name(n) for n in derived]))
         lists = pa.RecordBatch.from_arrays([*lists.columns, *extra.columns], [*lists.schema.names, *extra.schema.names])
-    return dropped, PreparedBatch(lists, records, eval_rows, columns)
+    return dropped, PreparedBatch(lists, records, eval_rows, columns, offsets)
 
 
 def by_unit(per_file: List[dict], files: List[readers.SourceFile]) -> List[dict]:

@@ -162,7 +162,7 @@ def test_the_sample_combiner_keeps_the_rows_of_smallest_priority_however_the_par
         for start in range(0, rows, 700):  # the file's batches
             n = min(700, rows - start)
             sample.add(columns.slice(start, n), [f"row {k * rows + start + i}".encode() for i in range(n)],
-                       (k << _FILE_SHIFT) + start)
+                       (k << _FILE_SHIFT) + np.arange(start, start + n))
         parts.append(to_stream(sample.part()).to_pybytes())
     positions = np.concatenate([(k << _FILE_SHIFT) + np.arange(rows) for k in range(3)]).astype(np.uint64)
     expected = np.sort(np.argsort(row_priorities(positions))[:size]).astype(np.float32)  # x is the row's index

@@ -488,6 +488,31 @@ def test_the_sample_holding_every_train_row_reads_as_the_row_shards(tmp_path, ma
     assert np.isnan(x["x"]).sum() >= 1 and x["x"].dtype == x2["x"].dtype == np.float32
 
 
+def test_a_prepared_batchs_offsets_are_its_rows_places_as_read(make_csv):
+    """prepare_batch drops the rows without a label and puts the eval rows first; `offsets`
+    gives each prepared row's place in the batch as read (the train sample's positions), so
+    the sample is the same whatever the batches and workers (both engines add them to the
+    batch's first row)."""
+    import numpy as np
+
+    from components.ingest.tables import column_types, prepare_batch
+    from components.kinds.base import RowSource
+    from components.sources import readers
+
+    unlabelled = "".join(f",{i}.25,red\n" for i in range(0, 300, 7))
+    src = make_csv(HEADER + rows_text(300) + unlabelled + rows_text(60))
+    settings = data(src, split={"eval_percent": 30})
+    files = readers.resolve(src, "auto")
+    batch = next(readers.read_batches(files[0], column_types(settings), settings.na_values))
+    dropped, prepared = prepare_batch(batch, settings, RowSource(src, "csv"), 30, None)
+    assert dropped == 43 and 0 < prepared.eval_rows < prepared.rows == batch.num_rows - 43
+    read = batch.column("x").to_numpy(zero_copy_only=False)
+    np.testing.assert_array_equal(prepared.columns.column("x").to_numpy(zero_copy_only=False),
+                                  read[prepared.offsets])
+    assert sorted(prepared.offsets) == sorted(np.flatnonzero(batch.column("label").is_valid().to_numpy(
+        zero_copy_only=False)))
+
+
 def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batches(tmp_path):
     """TrainSample over 5,000 rows with room for 300: the 300 rows whose position's priority
     is smallest, in the source's order, whichever batches and processes carried them; each
@@ -509,7 +534,7 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
     def sampled(cuts, processes):
         parts = [TrainSample(slice_buckets, size=300) for _ in range(processes)]
         for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):  # batches dealt out in turn, as to workers
-            parts[i % processes].add(columns.slice(a, b - a), records[a:b], a)
+            parts[i % processes].add(columns.slice(a, b - a), records[a:b], np.arange(a, b))
         out = str(tmp_path / f"{len(cuts)}-{processes}")
         assert write_train_sample(out, [to_stream(p.part()) for p in parts], size=300) == {
             "file": "sample/train.parquet", "rows": 300}
