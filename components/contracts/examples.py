@@ -61,6 +61,7 @@ BLOCK_ROWS = 1024
 # modulo 100), so the block input holds out the same rows as the row-wise one.
 SLICE_FEATURE = "__gpupipe_slice_bucket__"
 
+
 def slice_buckets(records: List[bytes]):
     """Each row-wise record's validation-slice bucket, 0-99 (train/data.py: in_validation_slice's
     hash of the serialized tf.Example), what SLICE_FEATURE holds. The records go in as one

@@ -234,7 +234,8 @@ def check_reachable(files: List[readers.SourceFile], pipeline_args: Sequence[str
 
 def build_pipeline(p, files: List[readers.SourceFile], staging: str, fn: ReadPrepareSplit) -> None:
     """The job: files -> per-file DoFn -> TFRecord shards per split, TFDV statistics per
-    split, per-file summaries and errors, all under `staging`."""
+    split, with `fn.with_blocks` the column blocks per split and the combined train sample,
+    per-file summaries and errors, all under `staging`."""
     import tensorflow_data_validation as tfdv
 
     out = (p

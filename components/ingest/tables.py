@@ -160,8 +160,8 @@ class PreparedBatch:
     lists: pa.RecordBatch
     records: List[bytes]
     eval_rows: int
-    columns: Optional[pa.RecordBatch] = None
-    offsets: Optional[np.ndarray] = None
+    columns: pa.RecordBatch
+    offsets: np.ndarray
 
     @property
     def rows(self) -> int:
