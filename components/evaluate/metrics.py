@@ -110,6 +110,12 @@ class Curves:
 
 
 def binary_curves(y: np.ndarray, score: np.ndarray) -> Curves:
+    # The rows in descending order of score, sorted once: each scikit-learn curve sorts its
+    # input again (a stable sort, which on rows already in that order is nearly free) and
+    # neither curve depends on the rows' order. At 2M rows the two curves took 1.06 s, now
+    # 0.61 s with this sort (docs/benchmarks.md, "Evaluate's metrics at 20M rows").
+    order = np.argsort(score, kind="stable")[::-1]
+    y, score = np.asarray(y)[order], np.asarray(score)[order]
     fpr, tpr, thresholds = sk.roc_curve(y, score)
     auc = float(sk.auc(fpr, tpr)) if 0 < y.sum() < len(y) else float("nan")
     precision, recall, cuts = sk.precision_recall_curve(y, score)

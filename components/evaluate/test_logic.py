@@ -99,6 +99,23 @@ def test_binary_metrics_by_hand():
     assert 0 <= m["calibration_error"] <= 1
 
 
+def test_the_curves_from_one_sort_are_scikit_learns_on_the_rows_as_given_ties_included():
+    """binary_curves sorts the rows by score once for both curves: its ROC and PR points and
+    areas are scikit-learn's on the rows in their own order, with many scores tied."""
+    from sklearn import metrics as sk
+
+    from components.evaluate.metrics import binary_curves, roc_curve
+
+    rng = np.random.default_rng(3)
+    score = rng.integers(0, 40, 5000) / 40  # 40 distinct scores: ties everywhere
+    y = (rng.random(5000) < score).astype(np.int8)
+    curves = binary_curves(y, score)
+    assert curves.auc == sk.roc_auc_score(y, score)
+    assert curves.pr_auc == pytest.approx(sk.average_precision_score(y, score), abs=1e-12)
+    assert [curves.roc[k] for k in ("fpr", "tpr", "thresholds")] == list(roc_curve(y, score))
+    assert [curves.pr[k] for k in ("precision", "recall", "thresholds")] == list(pr_curve(y, score))
+
+
 def test_pr_curve_by_hand_and_thinned_to_its_point_budget():
     y, score = np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])
     precision, recall, thresholds = pr_curve(y, score)
