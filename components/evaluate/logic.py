@@ -44,9 +44,9 @@ class Evaluation:
     # baseline's fit, when fitted here), scoring_pass (the eval split read, parsed and scored by
     # the model and the baseline once; and its CPU seconds, every thread's: scoring_pass_cpu),
     # imports (TensorFlow's, when the process has not imported it yet), linear_baseline (the
-    # rest of it: its fit's reading), metrics (the candidate's and the linear baseline's side
-    # by side, and the model that learnt nothing's), total (run_evaluate's: the process's
-    # start and the step's module imports are not in it)
+    # rest of it: its fit's reading, its metrics), metrics (the candidate's and the model that
+    # learnt nothing's), total (run_evaluate's: the process's start and the step's module
+    # imports are not in it)
     seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
@@ -264,24 +264,11 @@ def linear_evaluation(pred: Predictions, name: str) -> Evaluation:
     return scored
 
 
-def evaluate_with_baseline(pred: Predictions, baseline: Optional[str]) -> Tuple[Evaluation, Optional[Evaluation]]:
-    """(the candidate's evaluation, the linear baseline's or None): `baseline` names its fit
-    (score_with_baseline's), None without one. The two are computed side by side, the
-    baseline's in a thread: their sorts and sums release the GIL."""
-    if not baseline:
-        return evaluate_predictions(pred), None
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        linear = pool.submit(linear_evaluation, pred, baseline)
-        return evaluate_predictions(pred), linear.result()
-
-
 def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
-    """(the candidate's predictions, the linear baseline's fit's name or None, why none) in
-    one read of the eval split: the baseline is scored inside the candidate's scoring pass
-    (its predictions: `linear`); its fit is the model's linear start when that is the same
-    fit (linear.py: saved_fit), else fitted on train rows read while the model loads."""
+    """(the candidate's predictions, the linear baseline's evaluation or None, why none) in
+    one read of the eval split: the baseline is scored inside the candidate's scoring pass;
+    its fit is the model's linear start when that is the same fit (linear.py: saved_fit),
+    else fitted on train rows read while the model loads."""
     from concurrent.futures import ThreadPoolExecutor
 
     from components.evaluate.linear import baseline_input, fit_baseline, saved_baseline
@@ -302,7 +289,7 @@ def score_with_baseline(model_dir: str, examples_dir: str, slices: List[str]):
         predictions = predict(model_dir, examples_dir, slices, linear=fit)
     if fit is None:
         return predictions, None, why
-    return predictions, fit.name, ""
+    return predictions, linear_evaluation(predictions, fit.name), ""
 
 
 @reports_errors("evaluate")
@@ -324,9 +311,9 @@ def run_evaluate(*, model_dir: str, examples_dir: str, blessing_dir: str, report
     components.import_tensorflow(keras=False)
 
     imported = time.monotonic()
-    predictions, baseline_fit, why = score_with_baseline(model_dir, examples_dir, list(settings.slices))
+    predictions, linear, why = score_with_baseline(model_dir, examples_dir, list(settings.slices))
     scored = time.monotonic()
-    evaluation, linear = evaluate_with_baseline(predictions, baseline_fit)
+    evaluation = evaluate_predictions(predictions)
     trivial = trivial_scores(predictions)
     measured = time.monotonic()
     evaluation.trivial = dict(trivial.metrics)

@@ -113,7 +113,7 @@ def binary_curves(y: np.ndarray, score: np.ndarray) -> Curves:
     # The rows in descending order of score, sorted once: each scikit-learn curve sorts its
     # input again (a stable sort, which on rows already in that order is nearly free) and
     # neither curve depends on the rows' order. At 2M rows the two curves took 1.06 s, now
-    # 0.61 s with this sort (docs/benchmarks.md, "Evaluate's metrics at 20M rows").
+    # 0.61 s with this sort (docs/benchmarks.md, "Evaluate's curves from one sort").
     order = np.argsort(score, kind="stable")[::-1]
     y, score = np.asarray(y)[order], np.asarray(score)[order]
     fpr, tpr, thresholds = sk.roc_curve(y, score)

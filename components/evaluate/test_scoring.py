@@ -18,14 +18,13 @@ def test_the_baseline_on_the_scoring_pass_rows_is_the_baseline_on_its_own_read(p
     of its own and scored through the sparse design (contracts/linear.py)."""
     from components.contracts.linear import design_matrix, read_split
     from components.evaluate.linear import baseline_input, fit_baseline, saved_baseline, saved_fit
-    from components.evaluate.logic import Predictions, evaluate_predictions, linear_evaluation, score_with_baseline
+    from components.evaluate.logic import Predictions, evaluate_predictions, score_with_baseline
 
     found, _ = baseline_input(penguin_examples)
     assert saved_fit(penguin_model, found, "multiclass") is not None  # the linear start is this baseline
     assert saved_fit(penguin_model, dataclasses.replace(found, train_rows=found.train_rows + 1), "multiclass") is None
-    pred, name, why = score_with_baseline(penguin_model, penguin_examples, ["island"])
-    assert name == "LogisticRegression" and why == ""
-    shared = linear_evaluation(pred, name)
+    pred, shared, why = score_with_baseline(penguin_model, penguin_examples, ["island"])
+    assert shared is not None and why == "" and shared.linear_model == "LogisticRegression"
     alone, _ = fit_baseline(penguin_examples, found, pred.task, pred.classes)  # reads the train split itself
     assert alone.design == saved_baseline(penguin_model, found, pred.task).design
     columns, y_eval = read_split(penguin_examples, "eval", found.label, found.kinds, False)
@@ -98,13 +97,12 @@ def test_the_column_blocks_and_the_row_shards_give_the_same_evaluation(tmp_path,
     baseline: the same rows, whichever way they are read."""
     import shutil
 
-    from components.evaluate.logic import linear_evaluation, score_with_baseline
+    from components.evaluate.logic import score_with_baseline
 
     rows_only = str(tmp_path / "examples")
     shutil.copytree(penguin_examples, rows_only, ignore=shutil.ignore_patterns("blocks"))
-    by_blocks, fit_blocks, _ = score_with_baseline(penguin_model, penguin_examples, ["island"])
-    by_rows, fit_rows, _ = score_with_baseline(penguin_model, rows_only, ["island"])
-    linear_blocks, linear_rows = linear_evaluation(by_blocks, fit_blocks), linear_evaluation(by_rows, fit_rows)
+    by_blocks, linear_blocks, _ = score_with_baseline(penguin_model, penguin_examples, ["island"])
+    by_rows, linear_rows, _ = score_with_baseline(penguin_model, rows_only, ["island"])
     assert (by_blocks.read, by_rows.read) == ("blocks", "rows")
     settings = EvaluationSettings(metric="accuracy", slices=["island"])
     results = []
