@@ -13,7 +13,8 @@ import pytest
 
 from components.contracts import storage
 from components.contracts.storage import retry
-from tests.fixtures.faults import Blackhole, FaultProxy, Upstreams
+from tests.fixtures.backends import upstreams  # noqa: F401  (the fixture)
+from tests.fixtures.faults import Blackhole, FaultProxy
 from tests.fixtures.gcs import free_port
 
 pytestmark = pytest.mark.unit
@@ -31,15 +32,6 @@ def short_backoff(monkeypatch):
 
     monkeypatch.setattr(retry, "INITIAL_BACKOFF", 0.05)
     monkeypatch.setitem(ExponentialBackoff._DEFAULT_BACKOFF_CONFIG, "throttling_base_scale", 0.05)
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    """One GCS emulator and one moto S3 server for this module's tests (each started on first
-    use); every test gets a fresh, empty bucket on them."""
-    servers = Upstreams()
-    yield servers
-    servers.close()
 
 
 @pytest.fixture
