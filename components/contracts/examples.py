@@ -98,14 +98,13 @@ def row_priorities(positions):
 class TrainSample:
     """The `size` train rows of smallest priority (row_priorities) among those added, kept as
     they come: a row is a candidate while its priority is below the largest one kept, so
-    past the first `size` rows few are (about size x ln(rows / size) in all). `bucket_of`:
-    [row-wise records] -> their validation-slice buckets (0-99; the train input's hash)."""
+    past the first `size` rows few are (about size x ln(rows / size) in all). Each kept row
+    carries its validation-slice bucket (slice_buckets of its row-wise record)."""
 
-    def __init__(self, bucket_of, size: int = SAMPLE_ROWS):
+    def __init__(self, size: int = SAMPLE_ROWS):
         import numpy as np
 
         self.size = size
-        self._bucket_of = bucket_of
         self._parts: list = []  # (priorities, rows: a record batch with SLICE_FEATURE and _ROW)
         self._pending = 0
         self._threshold = np.iinfo(np.uint64).max
@@ -122,7 +121,7 @@ class TrainSample:
         picked = np.flatnonzero(priorities < self._threshold)
         if not len(picked):
             return
-        buckets = np.asarray(self._bucket_of([records[i] for i in picked]), np.int8)
+        buckets = np.asarray(slice_buckets([records[i] for i in picked]), np.int8)
         rows = columns.take(pa.array(picked))
         rows = pa.RecordBatch.from_arrays(
             [*rows.columns, pa.array(buckets), pa.array(positions[picked])],

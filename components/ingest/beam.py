@@ -85,7 +85,7 @@ class ReadPrepareSplit:
         index, f = item
         rows = {split: 0 for split in names.SPLITS}
         dropped, read = 0, 0
-        sample = TrainSample(slice_buckets) if self.with_blocks else None
+        sample = TrainSample() if self.with_blocks else None
         try:
             for batch in readers.read_batches(f, self.types, self.na_values):
                 first_row, read = (index << _FILE_SHIFT) + read, read + batch.num_rows

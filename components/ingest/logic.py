@@ -135,7 +135,7 @@ class _Outputs:
                         for split in names.SPLITS}
         self.block_writers = {split: _ShardWriter(paths(block_shard_path, split), shard_rows, None)  # (uncompressed)
                               for split in names.SPLITS} if with_blocks else {}
-        self.sample = TrainSample(slice_buckets) if with_blocks else None
+        self.sample = TrainSample() if with_blocks else None
         self.statistics = {split: StatisticsAccumulator(statistics_options(settings))
                            for split in names.SPLITS} if with_statistics else {}
 

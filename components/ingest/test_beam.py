@@ -150,14 +150,14 @@ def test_the_sample_combiner_keeps_the_rows_of_smallest_priority_however_the_par
     import numpy as np
     import pyarrow as pa
 
-    from components.contracts.examples import TrainSample, row_priorities, slice_buckets, smallest_rows
+    from components.contracts.examples import TrainSample, row_priorities, smallest_rows
     from components.ingest.beam import _FILE_SHIFT, SmallestRows
     from components.ingest.tables import to_stream
 
     rows, size = 2000, 300
     parts = []
     for k in range(3):
-        sample = TrainSample(slice_buckets, size=size)
+        sample = TrainSample(size=size)
         columns = pa.RecordBatch.from_arrays([pa.array(np.arange(k * rows, (k + 1) * rows, dtype=np.float32))], ["x"])
         for start in range(0, rows, 700):  # the file's batches
             n = min(700, rows - start)

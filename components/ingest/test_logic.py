@@ -523,7 +523,6 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
 
     from components.contracts.examples import (SLICE_FEATURE, TrainSample, row_priorities, sample_path,
                                                write_train_sample)
-    from components.contracts.examples import slice_buckets
     from components.ingest.tables import to_stream
 
     rows = 5000
@@ -532,7 +531,7 @@ def test_the_train_sample_keeps_the_rows_of_smallest_priority_whatever_the_batch
     expected = np.sort(np.argsort(row_priorities(np.arange(rows)))[:300]).astype(np.float32)
 
     def sampled(cuts, processes):
-        parts = [TrainSample(slice_buckets, size=300) for _ in range(processes)]
+        parts = [TrainSample(size=300) for _ in range(processes)]
         for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):  # batches dealt out in turn, as to workers
             parts[i % processes].add(columns.slice(a, b - a), records[a:b], np.arange(a, b))
         out = str(tmp_path / f"{len(cuts)}-{processes}")
